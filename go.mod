@@ -1,0 +1,3 @@
+module kimimoe
+
+go 1.26
