@@ -21,10 +21,19 @@ import json
 import struct
 import sys
 
-import ml_dtypes
 import mpmath
 import numpy as np
-import torch
+
+# ml_dtypes and torch are imported where they are used, so that the
+# activation references (mpmath only) can be made on any machine.
+ml_dtypes = torch = None
+
+
+def need_ml_torch():
+    global ml_dtypes, torch
+    import ml_dtypes as _m
+    import torch as _t
+    ml_dtypes, torch = _m, _t
 
 DT = {
     np.dtype(np.float64): "F64",
@@ -112,12 +121,16 @@ def mp_sig(x):
     return 1 / (1 + mpmath.exp(-x))
 
 
+# Both GELUs are written without the cancellation of 1 + erf(x) or
+# 1 + tanh(z) for very negative x (which would lose every digit far out in
+# the tail even at 50 digits): 1 + erf(x/sqrt2) = erfc(-x/sqrt2) and
+# 1 + tanh(z) = 2 sigmoid(2z) are identities.
 def mp_gelu(x):
-    return x / 2 * (1 + mpmath.erf(x / mpmath.sqrt(2)))
+    return x / 2 * mpmath.erfc(-x / mpmath.sqrt(2))
 
 
 def mp_gelu_tanh(x):
-    return x / 2 * (1 + mpmath.tanh(mpmath.sqrt(2 / mpmath.pi) * (x + mpmath.mpf("0.044715") * x**3)))
+    return x * mp_sig(2 * mpmath.sqrt(2 / mpmath.pi) * (x + mpmath.mpf("0.044715") * x**3))
 
 
 def act_refs():
@@ -161,7 +174,7 @@ def activations(out):
             vals = [float(f(mpmath.mpf(float(a)), mpmath.mpf(float(b)), p)) for a, b in zip(g, u)]
             t[f"ref_{name}{suf}"] = np.array(vals, dtype=np.float64)
     write_safetensors(f"{out}/activations.safetensors", t, {
-        "made_by": "scripts/gen_testdata.py", "mpmath": mpmath.__version__, "dps": "50",
+        "made_by": "scripts/gen_testdata.py activations", "mpmath": mpmath.__version__, "dps": "50",
         "params": "default: situ beta 4 linear_beta 25; swiglu_oai alpha 1.702 beta 1 limit 7; swiglu_step limit 7. "
                   "_p2: situ beta 2 linear_beta 10; swiglu_oai alpha 1 beta 0.5 limit 5; swiglu_step limit 5"})
 
@@ -294,7 +307,10 @@ def oracle(out):
 
 
 if __name__ == "__main__":
+    # usage: gen_testdata.py OUTDIR [formats|activations|oracle ...]
     out = sys.argv[1]
-    formats(out)
-    activations(out)
-    oracle(out)
+    parts = sys.argv[2:] or ["formats", "activations", "oracle"]
+    if "formats" in parts or "oracle" in parts:
+        need_ml_torch()
+    for part in parts:
+        {"formats": formats, "activations": activations, "oracle": oracle}[part](out)

@@ -161,7 +161,9 @@ func Parse(data []byte) (*File, error) {
 		spans = append(spans, span{lo, hi, name})
 		f.Tensors = append(f.Tensors, &Tensor{Name: name, DType: e.DType, Shape: append([]int{}, e.Shape...), Data: body[lo:hi:hi]})
 	}
-	sort.Slice(spans, func(i, j int) bool { return spans[i].lo < spans[j].lo || spans[i].lo == spans[j].lo && spans[i].name < spans[j].name })
+	sort.Slice(spans, func(i, j int) bool {
+		return spans[i].lo < spans[j].lo || spans[i].lo == spans[j].lo && spans[i].name < spans[j].name
+	})
 	byName := map[string]*Tensor{}
 	for _, t := range f.Tensors {
 		byName[t.Name] = t
