@@ -210,3 +210,19 @@ func Float32FromBF16(b uint16) float32 { return math.Float32frombits(uint32(b) <
 
 // RoundBF16 rounds x to the nearest bfloat16 value and returns it as float32.
 func RoundBF16(x float32) float32 { return Float32FromBF16(BF16FromFloat32(x)) }
+
+// BF16FromFloat64 rounds x to bfloat16 bits once, to nearest even (no double
+// rounding through float32). Overflow, NaN and signed zeros follow
+// BF16FromFloat32. It rounds x to float32 by round-to-odd first: with 16
+// spare bits that intermediate keeps every tie and sticky bit bf16 needs.
+func BF16FromFloat64(x float64) uint16 {
+	f := float32(x)
+	if float64(f) != x && x == x {
+		u := math.Float32bits(f)
+		if math.Abs(float64(f)) > math.Abs(x) {
+			u-- // f was rounded away from zero: truncate instead
+		}
+		f = math.Float32frombits(u | 1) // sticky: mark inexact
+	}
+	return BF16FromFloat32(f)
+}

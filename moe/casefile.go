@@ -1,0 +1,349 @@
+package moe
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"kimimoe/activation"
+	"kimimoe/internal/safetensors"
+	"kimimoe/mxfp"
+)
+
+// ErrCaseFile is wrapped by every error about a malformed case file.
+var ErrCaseFile = errors.New("moe: bad case file")
+
+// Case is one MoE layer invocation: weights, spec and input, as stored in a
+// case file (DESIGN.md "Case files"):
+//
+//	x            [M, K]      F32 or BF16   (or x_q U8 [M, K] + x_scale U8 [M, K/32])
+//	topk_ids     [M, topk]   I32 or I64    global ids, -1 masked
+//	topk_weights [M, topk]   F32
+//	w31          [E, R, K/2] U8            R = 2N ([up; gate]) gated, N otherwise
+//	w31_scale    [E, R, K/32] U8
+//	w2           [E, K, N/2] U8
+//	w2_scale     [E, K, N/32] U8
+//
+// and __metadata__ strings: activation (required: situ, swiglu, swiglu_oai,
+// ...), situ_beta, situ_linear_beta, swiglu_alpha, swiglu_beta,
+// swiglu_limit (each a number, or a comma-separated list with one number per
+// local expert; defaults: activation.DefaultParams), recipe (floor or rceil;
+// default rceil), chain (exact, mxfp8 or flashinfer; default mxfp8),
+// ep_size and ep_rank (default 1 and 0). Tensors with other names are kept
+// in Extra.
+type Case struct {
+	Name    string
+	Weights *Weights
+	Spec    LayerSpec
+	Input   Input
+	Extra   map[string]*safetensors.Tensor
+	closer  func() error
+}
+
+// Close releases the file mapping of a case from ReadCase (its weights and
+// inputs alias it). It is a no-op for other cases.
+func (c *Case) Close() error {
+	if c.closer == nil {
+		return nil
+	}
+	err := c.closer()
+	c.closer = nil
+	return err
+}
+
+// ReadCase memory-maps and parses a case file. Large U8 tensors (weights)
+// are not copied. Every problem is an error wrapping ErrCaseFile (or
+// safetensors.ErrFormat for the container) that names the tensor or key.
+func ReadCase(path string) (*Case, error) {
+	m, err := safetensors.Open(path)
+	if err != nil {
+		if errors.Is(err, safetensors.ErrFormat) {
+			return nil, fmt.Errorf("%w: %w", ErrCaseFile, err)
+		}
+		return nil, err
+	}
+	c, err := caseFromFile(m.File)
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	c.Name = path
+	c.closer = m.Close
+	return c, nil
+}
+
+func bad(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrCaseFile}, a...)...)
+}
+
+func need(f *safetensors.File, name string, rank int, dtypes ...safetensors.DType) (*safetensors.Tensor, error) {
+	t := f.Get(name)
+	if t == nil {
+		return nil, bad("missing tensor %q", name)
+	}
+	if len(t.Shape) != rank {
+		return nil, bad("tensor %q has shape %v, want %d dimensions", name, t.Shape, rank)
+	}
+	for _, d := range dtypes {
+		if t.DType == d {
+			return t, nil
+		}
+	}
+	return nil, bad("tensor %q has dtype %s, want %v", name, t.DType, dtypes)
+}
+
+func shapeIs(t *safetensors.Tensor, want ...int) error {
+	for i := range want {
+		if t.Shape[i] != want[i] {
+			return bad("tensor %q has shape %v, want %v", t.Name, t.Shape, want)
+		}
+	}
+	return nil
+}
+
+func caseFromFile(f *safetensors.File) (*Case, error) {
+	c := &Case{Extra: map[string]*safetensors.Tensor{}}
+	md := f.Metadata
+	actName, ok := md["activation"]
+	if !ok {
+		return nil, bad("__metadata__ has no \"activation\" key")
+	}
+	kind, err := activation.ParseKind(actName)
+	if err != nil {
+		return nil, bad("__metadata__ activation: %v", err)
+	}
+
+	w31, err := need(f, "w31", 3, safetensors.U8)
+	if err != nil {
+		return nil, err
+	}
+	e, r, k := w31.Shape[0], w31.Shape[1], w31.Shape[2]*2
+	w2, err := need(f, "w2", 3, safetensors.U8)
+	if err != nil {
+		return nil, err
+	}
+	if err := shapeIs(w2, e, k); err != nil {
+		return nil, err
+	}
+	n := w2.Shape[2] * 2
+	if e < 1 || n < 32 || k < 32 || n%32 != 0 || k%32 != 0 {
+		return nil, bad("w31 %v and w2 %v give E=%d N=%d K=%d; need N and K positive multiples of 32", w31.Shape, w2.Shape, e, n, k)
+	}
+	wantR := n
+	if kind.IsGated() {
+		wantR = 2 * n
+	}
+	if r != wantR {
+		return nil, bad("tensor \"w31\" has %d rows per expert; activation %v with N=%d (from w2) needs %d", r, kind, n, wantR)
+	}
+	w31s, err := need(f, "w31_scale", 3, safetensors.U8)
+	if err != nil {
+		return nil, err
+	}
+	if err := shapeIs(w31s, e, r, k/32); err != nil {
+		return nil, err
+	}
+	w2s, err := need(f, "w2_scale", 3, safetensors.U8)
+	if err != nil {
+		return nil, err
+	}
+	if err := shapeIs(w2s, e, k, n/32); err != nil {
+		return nil, err
+	}
+	c.Weights = &Weights{E: e, N: n, K: k, Gated: kind.IsGated(), W31: w31.Data, W31Scale: w31s.Data, W2: w2.Data, W2Scale: w2s.Data}
+
+	spec := LayerSpec{Activation: kind, Recipe: mxfp.RecipeRCeil, Chain: ChainMXFP8}
+	if s, ok := md["recipe"]; ok {
+		if spec.Recipe, err = mxfp.ParseRecipe(s); err != nil {
+			return nil, bad("__metadata__ recipe: %v", err)
+		}
+	}
+	if s, ok := md["chain"]; ok {
+		if spec.Chain, err = ParseChain(s); err != nil {
+			return nil, bad("__metadata__ chain: %v", err)
+		}
+	}
+	spec.EP.Size, spec.EP.Rank = 1, 0
+	for key, dst := range map[string]*int{"ep_size": &spec.EP.Size, "ep_rank": &spec.EP.Rank} {
+		if s, ok := md[key]; ok {
+			if *dst, err = strconv.Atoi(s); err != nil {
+				return nil, bad("__metadata__ %s = %q is not an integer", key, s)
+			}
+		}
+	}
+	if err := spec.EP.Validate(); err != nil {
+		return nil, bad("__metadata__ ep_size/ep_rank: %v", err)
+	}
+	if spec.Params, err = paramsFromMetadata(md, kind, e); err != nil {
+		return nil, err
+	}
+	c.Spec = spec
+
+	ids, err := need(f, "topk_ids", 2, safetensors.I32, safetensors.I64)
+	if err != nil {
+		return nil, err
+	}
+	m, topk := ids.Shape[0], ids.Shape[1]
+	idv, _ := ids.Int64s()
+	c.Input = Input{M: m, TopK: topk, TopKIDs: make([]int32, len(idv))}
+	for i, v := range idv {
+		if v < math.MinInt32 || v > math.MaxInt32 {
+			return nil, bad("topk_ids[%d, %d] = %d does not fit int32", i/topk, i%topk, v)
+		}
+		c.Input.TopKIDs[i] = int32(v)
+	}
+	wts, err := need(f, "topk_weights", 2, safetensors.F32)
+	if err != nil {
+		return nil, err
+	}
+	if err := shapeIs(wts, m, topk); err != nil {
+		return nil, err
+	}
+	c.Input.TopKWeights, _ = wts.Float32s()
+
+	switch x, xq := f.Get("x"), f.Get("x_q"); {
+	case x != nil && xq != nil:
+		return nil, bad("both \"x\" and \"x_q\" are present")
+	case x != nil:
+		if x, err = need(f, "x", 2, safetensors.F32, safetensors.BF16); err != nil {
+			return nil, err
+		}
+		if err := shapeIs(x, m, k); err != nil {
+			return nil, err
+		}
+		if x.DType == safetensors.F32 {
+			c.Input.X, _ = x.Float32s()
+		} else {
+			bits, _ := x.Uint16s()
+			c.Input.X = make([]float32, len(bits))
+			for i, b := range bits {
+				c.Input.X[i] = mxfp.Float32FromBF16(b)
+			}
+		}
+	case xq != nil:
+		if xq, err = need(f, "x_q", 2, safetensors.U8); err != nil {
+			return nil, err
+		}
+		if err := shapeIs(xq, m, k); err != nil {
+			return nil, err
+		}
+		xs, err := need(f, "x_scale", 2, safetensors.U8)
+		if err != nil {
+			return nil, err
+		}
+		if err := shapeIs(xs, m, k/32); err != nil {
+			return nil, err
+		}
+		c.Input.XQ = &mxfp.MXFP8Matrix{Rows: m, Cols: k, Codes: xq.Data, Scales: xs.Data}
+	default:
+		return nil, bad("missing tensor \"x\" (or \"x_q\" and \"x_scale\")")
+	}
+	if err := c.Input.Validate(k, e*spec.EP.Size); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCaseFile, err)
+	}
+	known := map[string]bool{"x": true, "x_q": true, "x_scale": true, "topk_ids": true, "topk_weights": true,
+		"w31": true, "w31_scale": true, "w2": true, "w2_scale": true}
+	for _, t := range f.Tensors {
+		if !known[t.Name] {
+			c.Extra[t.Name] = t
+		}
+	}
+	return c, nil
+}
+
+// paramKeys maps metadata keys to Params fields.
+var paramKeys = []struct {
+	key   string
+	field func(*activation.Params) *float64
+}{
+	{"situ_beta", func(p *activation.Params) *float64 { return &p.SituBeta }},
+	{"situ_linear_beta", func(p *activation.Params) *float64 { return &p.SituLinearBeta }},
+	{"swiglu_alpha", func(p *activation.Params) *float64 { return &p.SwigluAlpha }},
+	{"swiglu_beta", func(p *activation.Params) *float64 { return &p.SwigluBeta }},
+	{"swiglu_limit", func(p *activation.Params) *float64 { return &p.SwigluLimit }},
+}
+
+func paramsFromMetadata(md map[string]string, kind activation.Kind, e int) ([]activation.Params, error) {
+	n := 1
+	lists := map[string][]float64{}
+	for _, pk := range paramKeys {
+		s, ok := md[pk.key]
+		if !ok {
+			continue
+		}
+		var vals []float64
+		for _, f := range strings.Split(s, ",") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil {
+				return nil, bad("__metadata__ %s = %q is not a number or list of numbers", pk.key, s)
+			}
+			vals = append(vals, v)
+		}
+		if len(vals) != 1 && len(vals) != e {
+			return nil, bad("__metadata__ %s has %d values; want 1 or one per expert (%d)", pk.key, len(vals), e)
+		}
+		n = max(n, len(vals))
+		lists[pk.key] = vals
+	}
+	ps := make([]activation.Params, n)
+	for i := range ps {
+		ps[i] = activation.DefaultParams()
+		for _, pk := range paramKeys {
+			if v := lists[pk.key]; v != nil {
+				*pk.field(&ps[i]) = v[min(i, len(v)-1)]
+			}
+		}
+		if err := ps[i].Validate(kind); err != nil {
+			return nil, bad("__metadata__ parameters of expert %d: %v", i, err)
+		}
+	}
+	return ps, nil
+}
+
+// Tensors returns the case's tensors and metadata for writing.
+func (c *Case) Tensors() ([]*safetensors.Tensor, map[string]string) {
+	in, w := &c.Input, c.Weights
+	var ts []*safetensors.Tensor
+	if in.XQ != nil {
+		ts = append(ts, safetensors.FromUint8("x_q", []int{in.M, w.K}, in.XQ.Codes),
+			safetensors.FromUint8("x_scale", []int{in.M, w.K / 32}, in.XQ.Scales))
+	} else {
+		ts = append(ts, safetensors.FromFloat32("x", []int{in.M, w.K}, in.X))
+	}
+	ts = append(ts,
+		safetensors.FromInt32("topk_ids", []int{in.M, in.TopK}, in.TopKIDs),
+		safetensors.FromFloat32("topk_weights", []int{in.M, in.TopK}, in.TopKWeights),
+		safetensors.FromUint8("w31", []int{w.E, w.Rows(), w.K / 2}, w.W31),
+		safetensors.FromUint8("w31_scale", []int{w.E, w.Rows(), w.K / 32}, w.W31Scale),
+		safetensors.FromUint8("w2", []int{w.E, w.K, w.N / 2}, w.W2),
+		safetensors.FromUint8("w2_scale", []int{w.E, w.K, w.N / 32}, w.W2Scale))
+	md := map[string]string{
+		"activation": c.Spec.Activation.String(),
+		"recipe":     c.Spec.Recipe.String(),
+		"chain":      c.Spec.Chain.String(),
+		"ep_size":    strconv.Itoa(c.Spec.EP.norm().Size),
+		"ep_rank":    strconv.Itoa(c.Spec.EP.Rank),
+	}
+	for _, pk := range paramKeys {
+		var vals []string
+		for i := range c.Spec.Params {
+			vals = append(vals, strconv.FormatFloat(*pk.field(&c.Spec.Params[i]), 'g', -1, 64))
+		}
+		md[pk.key] = strings.Join(vals, ",")
+	}
+	return ts, md
+}
+
+// WriteCase writes c (and extra tensors, e.g. an expected "out") to path,
+// atomically.
+func WriteCase(path string, c *Case, extra ...*safetensors.Tensor) error {
+	ts, md := c.Tensors()
+	return safetensors.WriteFile(path, append(ts, extra...), md)
+}
+
+// WriteOutput writes out [M, K] as the F32 tensor "out", atomically.
+func WriteOutput(path string, out []float32, m, k int, metadata map[string]string) error {
+	return safetensors.WriteFile(path, []*safetensors.Tensor{safetensors.FromFloat32("out", []int{m, k}, out)}, metadata)
+}

@@ -1,0 +1,346 @@
+package moe
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+
+	"kimimoe/activation"
+	"kimimoe/mxfp"
+)
+
+// Oracle is the exact reference forward of one MoE layer on one EP rank.
+// NewOracle decodes the weights once (E2M1 codes to int8 at twice their
+// value); Forward may then be called any number of times, from several
+// goroutines.
+//
+// Exactness. Within one 32-block an E4M3 x E2M1 product is an integer times
+// one power of two: with E4M3 values scaled by 2^9 and E2M1 values by 2, the
+// block's dot product is an exact int32 (|sum| <= 32 * 448*2^9 * 12 < 2^27).
+// Multiplying it by the two E8M0 scales is exact in float64, and the K/32
+// block terms are summed in float64, in block order. So a GEMM result
+// differs from the real dot product only by the float64 rounding of those
+// sums (relative error below K/32 * 2^-53 of the sum of |terms|). On the
+// exact chain GEMM2 multiplies float64 activations by exact weights, again
+// in float64. The slots of a token are summed in slot order in float64.
+// Results do not depend on the number of goroutines.
+type Oracle struct {
+	spec      LayerSpec
+	w         *Weights
+	numGlobal int
+	w31       []int8 // [E, R, K] E2M1 values * 2
+	w2        []int8 // [E, K, N]
+}
+
+// NewOracle validates spec against w and prepares the decode tables. It
+// keeps w (not copied); w must not change afterwards. Memory: one byte per
+// weight element (Kimi-K3, 28 local experts: 925 MB).
+func NewOracle(w *Weights, spec LayerSpec) (*Oracle, error) {
+	if err := spec.Validate(w); err != nil {
+		return nil, err
+	}
+	ep := spec.EP.norm()
+	o := &Oracle{spec: spec, w: w, numGlobal: w.E * ep.Size}
+	o.w31 = make([]int8, len(w.W31)*2)
+	o.w2 = make([]int8, len(w.W2)*2)
+	parallelFor(len(w.W31)/4096+1, func(i int) { decodeFP4(o.w31, w.W31, i*4096, min((i+1)*4096, len(w.W31))) })
+	parallelFor(len(w.W2)/4096+1, func(i int) { decodeFP4(o.w2, w.W2, i*4096, min((i+1)*4096, len(w.W2))) })
+	return o, nil
+}
+
+// Spec returns the layer spec.
+func (o *Oracle) Spec() LayerSpec { return o.spec }
+
+// Weights returns the weights.
+func (o *Oracle) Weights() *Weights { return o.w }
+
+// e2m1Twice[c] is 2 * the value of E2M1 code c.
+var e2m1Twice = func() (t [16]int8) {
+	for c := range 16 {
+		t[c] = int8(2 * mxfp.DecodeE2M1(uint8(c)))
+	}
+	return
+}()
+
+func decodeFP4(dst []int8, packed []uint8, lo, hi int) {
+	for j := lo; j < hi; j++ {
+		b := packed[j]
+		dst[2*j], dst[2*j+1] = e2m1Twice[b&0xF], e2m1Twice[b>>4]
+	}
+}
+
+// e4m3Times512[c] is 512 * the value of E4M3 code c (0 for NaN codes, which
+// are flagged separately).
+var e4m3Times512 = func() (t [256]int32) {
+	for c := range 256 {
+		if v := mxfp.DecodeE4M3(uint8(c)); v == v {
+			t[c] = int32(v * 512)
+		}
+	}
+	return
+}()
+
+// pow2 scale multipliers: scaleX[s] = 2^(s-127) / 512 for activations,
+// scaleW[s] = 2^(s-127) / 2 for weights; NaN for the NaN byte 0xFF.
+var scaleX, scaleW = func() (x, w [256]float64) {
+	for s := range 256 {
+		if s == 0xFF {
+			x[s], w[s] = math.NaN(), math.NaN()
+			continue
+		}
+		x[s], w[s] = math.Ldexp(1, s-127-9), math.Ldexp(1, s-127-1)
+	}
+	return
+}()
+
+// qrow is an MXFP8 row decoded for the integer dot product.
+type qrow struct {
+	v     []int32   // [n] E4M3 value * 512
+	scale []float64 // [n/32] block multiplier 2^(X-9), NaN for a NaN block
+}
+
+func newQRow(n int) qrow { return qrow{v: make([]int32, n), scale: make([]float64, n/32)} }
+
+func (q qrow) set(codes, scales []uint8) {
+	for i, c := range codes {
+		q.v[i] = e4m3Times512[c]
+	}
+	for b, s := range scales {
+		m := scaleX[s]
+		for _, c := range codes[b*32 : b*32+32] {
+			if c&0x7F == 0x7F {
+				m = math.NaN() // a NaN element makes its block's products NaN
+			}
+		}
+		q.scale[b] = m
+	}
+}
+
+// dot32 is the exact int32 dot product of one 32-block.
+func dot32(w *[32]int8, x *[32]int32) int32 {
+	var s0, s1, s2, s3 int32
+	for i := 0; i < 32; i += 4 {
+		s0 += int32(w[i]) * x[i]
+		s1 += int32(w[i+1]) * x[i+1]
+		s2 += int32(w[i+2]) * x[i+2]
+		s3 += int32(w[i+3]) * x[i+3]
+	}
+	return s0 + s1 + s2 + s3
+}
+
+// dotRow is one GEMM output: sum over blocks of dot32 * both scales.
+func dotRow(w []int8, wScales []uint8, x qrow) float64 {
+	acc := 0.0
+	for b, s := range wScales {
+		d := dot32((*[32]int8)(w[b*32:]), (*[32]int32)(x.v[b*32:]))
+		acc += float64(d) * scaleW[s] * x.scale[b]
+	}
+	return acc
+}
+
+// dotRowFloat is dotRow for a float64 activation row (exact chain GEMM2).
+func dotRowFloat(w []int8, wScales []uint8, a []float64) float64 {
+	acc := 0.0
+	for b, s := range wScales {
+		blk := 0.0
+		for i, v := range w[b*32 : b*32+32] {
+			blk += float64(v) * a[b*32+i]
+		}
+		acc += blk * scaleW[s]
+	}
+	return acc
+}
+
+// pair is one (token, slot) routed to a local expert.
+type pair struct{ tok, slot int }
+
+// Forward computes out [len(rows), K] (rows nil: all M tokens, out [M, K])
+// for the given tokens only: tokens are independent, so a sample of rows of
+// a large M can be checked. It returns an error wrapping ErrInput for bad
+// input; nothing is written to out then.
+func (o *Oracle) Forward(out []float64, in *Input, rows []int) error {
+	w := o.w
+	if err := in.Validate(w.K, o.numGlobal); err != nil {
+		return err
+	}
+	if rows == nil {
+		rows = make([]int, in.M)
+		for i := range rows {
+			rows[i] = i
+		}
+	}
+	for _, r := range rows {
+		if r < 0 || r >= in.M {
+			return fmt.Errorf("%w: row %d outside [0, %d)", ErrInput, r, in.M)
+		}
+	}
+	if len(out) != len(rows)*w.K {
+		return fmt.Errorf("%w: out has %d values, want [%d, %d]", ErrInput, len(out), len(rows), w.K)
+	}
+
+	// Quantize (or decode) x for the chosen rows.
+	xs := make([]qrow, len(rows))
+	parallelFor(len(rows), func(i int) {
+		xs[i] = newQRow(w.K)
+		t := rows[i]
+		if in.XQ != nil {
+			c, s := in.XQ.Row(t)
+			xs[i].set(c, s)
+			return
+		}
+		codes := make([]uint8, w.K)
+		scales := make([]uint8, w.K/32)
+		mxfp.QuantizeMXFP8(codes, scales, in.X[t*w.K:(t+1)*w.K], o.spec.Recipe)
+		xs[i].set(codes, scales)
+	})
+
+	// Group (row, slot) pairs by local expert.
+	byExpert := make([][]pair, w.E)
+	for i, t := range rows {
+		for k := range in.TopK {
+			if e, ok := o.spec.EP.Local(int64(in.TopKIDs[t*in.TopK+k]), w.E); ok {
+				byExpert[e] = append(byExpert[e], pair{i, k})
+			}
+		}
+	}
+	// y[i][k] is expert output of row i, slot k (nil if the slot is not local).
+	y := make([][][]float64, len(rows))
+	for i := range y {
+		y[i] = make([][]float64, in.TopK)
+	}
+	type task struct {
+		e     int
+		pairs []pair
+	}
+	var tasks []task
+	const chunk = 16 // pairs sharing one pass over the weight rows
+	for e, ps := range byExpert {
+		for lo := 0; lo < len(ps); lo += chunk {
+			tasks = append(tasks, task{e, ps[lo:min(lo+chunk, len(ps))]})
+			for _, p := range ps[lo:min(lo+chunk, len(ps))] {
+				y[p.tok][p.slot] = make([]float64, w.K)
+			}
+		}
+	}
+	parallelFor(len(tasks), func(i int) {
+		tk := tasks[i]
+		o.expertForward(tk.e, tk.pairs, xs, y)
+	})
+
+	// Sum slots in slot order.
+	for i, t := range rows {
+		dst := out[i*w.K : (i+1)*w.K]
+		clear(dst)
+		for k := range in.TopK {
+			if y[i][k] == nil {
+				continue
+			}
+			wt := float64(in.TopKWeights[t*in.TopK+k])
+			for j, v := range y[i][k] {
+				dst[j] += wt * v
+			}
+		}
+	}
+	return nil
+}
+
+// expertForward runs GEMM1, the activation and GEMM2 of expert e for pairs,
+// writing y[tok][slot].
+func (o *Oracle) expertForward(e int, pairs []pair, xs []qrow, y [][][]float64) {
+	w := o.w
+	r, n, k := w.Rows(), w.N, w.K
+	h := make([][]float64, len(pairs))
+	for p := range pairs {
+		h[p] = make([]float64, r)
+	}
+	w31 := o.w31[e*r*k : (e+1)*r*k]
+	s31 := w.W31Scale[e*r*k/32 : (e+1)*r*k/32]
+	for row := range r {
+		wr, sr := w31[row*k:(row+1)*k], s31[row*k/32:(row+1)*k/32]
+		for p, pr := range pairs {
+			h[p][row] = dotRow(wr, sr, xs[pr.tok])
+		}
+	}
+
+	params := o.spec.ParamsFor(e)
+	kind := o.spec.Activation
+	a := make([]float64, n)
+	var aq qrow
+	quantized := o.spec.Chain != ChainExact
+	if quantized {
+		aq = newQRow(n)
+	}
+	codes := make([]uint8, n)
+	scales := make([]uint8, n/32)
+	a32 := make([]float32, n)
+	w2 := o.w2[e*k*n : (e+1)*k*n]
+	s2 := w.W2Scale[e*k*n/32 : (e+1)*k*n/32]
+	for p, pr := range pairs {
+		switch o.spec.Chain {
+		case ChainExact:
+			activation.Apply(a, kind, params, h[p])
+		case ChainMXFP8:
+			activation.Apply(a, kind, params, h[p])
+			mxfp.QuantizeMXFP8Float64(codes, scales, a, o.spec.Recipe)
+			aq.set(codes, scales)
+		case ChainFlashInfer:
+			flashInferActivation(a32, kind, params, h[p])
+			mxfp.QuantizeMXFP8(codes, scales, a32, mxfp.RecipeRCeil)
+			aq.set(codes, scales)
+		}
+		out := y[pr.tok][pr.slot]
+		for row := range k {
+			wr, sr := w2[row*n:(row+1)*n], s2[row*n/32:(row+1)*n/32]
+			if quantized {
+				out[row] = dotRow(wr, sr, aq)
+			} else {
+				out[row] = dotRowFloat(wr, sr, a)
+			}
+		}
+	}
+}
+
+// flashInferActivation is the flashinfer chain's middle: the GEMM1 result
+// rounded once to bf16, the activation in float32, its result rounded to
+// bf16.
+func flashInferActivation(dst []float32, kind activation.Kind, p *activation.Params, h []float64) {
+	n := len(dst)
+	bf := func(x float64) float32 { return mxfp.Float32FromBF16(mxfp.BF16FromFloat64(x)) }
+	for i := range dst {
+		var v float32
+		if kind.IsGated() {
+			v = activation.Eval32(kind, p, bf(h[n+i]), bf(h[i]))
+		} else {
+			v = activation.Eval32(kind, p, bf(h[i]), 0)
+		}
+		dst[i] = mxfp.RoundBF16(v)
+	}
+}
+
+// parallelFor runs f(0..n-1) on up to GOMAXPROCS goroutines.
+func parallelFor(n int, f func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n)
+	if workers <= 1 {
+		for i := range n {
+			f(i)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	next := make(chan int, n)
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				f(i)
+			}
+		}()
+	}
+	wg.Wait()
+}
