@@ -66,6 +66,9 @@ func WriteFile(path string, tensors []*Tensor, metadata map[string]string) (err 
 			os.Remove(tmp.Name())
 		}
 	}()
+	if err = tmp.Chmod(0o644); err != nil { // CreateTemp makes 0600; outputs are ordinary files
+		return err
+	}
 	if err = Write(tmp, tensors, metadata); err != nil {
 		return err
 	}

@@ -1,0 +1,122 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+
+	"kimimoe/activation"
+	"kimimoe/moe"
+	"kimimoe/mxfp"
+)
+
+// ErrUnsupported is wrapped by Prepare errors for requests a backend cannot
+// run. The message names the fallback backend.
+var ErrUnsupported = errors.New("backend: unsupported request")
+
+// ErrUnknown is wrapped by Open for a name nobody registered.
+var ErrUnknown = errors.New("backend: unknown backend")
+
+// Capabilities says what a backend can run.
+type Capabilities struct {
+	Activations []activation.Kind
+	Chains      []moe.Chain
+	Recipes     []mxfp.Recipe
+	// PreQuantizedInput: accepts Input.XQ.
+	PreQuantizedInput bool
+	// MaxTokens bounds M (0: no bound).
+	MaxTokens int
+	// Graphs: layers implement GraphLayer.
+	Graphs bool
+	// Device describes where it runs ("CPU, 2 goroutines", a GPU name).
+	Device string
+}
+
+// Check returns an ErrUnsupported error if spec or w asks for something
+// outside c; fallback names the backend to use instead.
+func (c Capabilities) Check(spec moe.LayerSpec, w *moe.Weights, backend, fallback string) error {
+	unsupported := func(what string) error {
+		return fmt.Errorf("%w: backend %q cannot run %s; use the %q backend instead", ErrUnsupported, backend, what, fallback)
+	}
+	if !slices.Contains(c.Activations, spec.Activation) {
+		return unsupported("activation " + spec.Activation.String())
+	}
+	if !slices.Contains(c.Chains, spec.Chain) {
+		return unsupported("chain " + spec.Chain.String())
+	}
+	if !slices.Contains(c.Recipes, spec.Recipe) {
+		return unsupported("recipe " + spec.Recipe.String())
+	}
+	return nil
+}
+
+// Backend runs MoE layers.
+type Backend interface {
+	Name() string
+	Capabilities() Capabilities
+	// Prepare checks spec against the capabilities and w, and readies the
+	// layer (weights decoded or copied to a device). w must not change
+	// while the layer is in use.
+	Prepare(w *moe.Weights, spec moe.LayerSpec) (Layer, error)
+	Close() error
+}
+
+// Layer is a prepared MoE layer.
+type Layer interface {
+	// Forward runs the layer on in and writes the output rows listed in rows
+	// (nil: all M) to dst [len(rows), K]. A backend may compute only those
+	// rows, since tokens are independent.
+	Forward(dst []float32, in *moe.Input, rows []int) error
+	Close() error
+}
+
+// GraphLayer is a Layer that can capture its forward for a fixed input
+// shape (CUDA Graphs) and replay it.
+type GraphLayer interface {
+	Layer
+	// ForwardGraph runs in through a graph captured for in's token count
+	// (capturing it on first use) and writes all M rows to dst.
+	ForwardGraph(dst []float32, in *moe.Input) error
+}
+
+var (
+	mu       sync.Mutex
+	registry = map[string]func() (Backend, error){}
+)
+
+// Register makes a backend available to Open. It panics on a duplicate
+// name (a programmer error at init).
+func Register(name string, open func() (Backend, error)) {
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := registry[name]; dup {
+		panic("backend: Register called twice for " + name)
+	}
+	registry[name] = open
+}
+
+// Names lists the registered backends.
+func Names() []string {
+	mu.Lock()
+	defer mu.Unlock()
+	var ns []string
+	for n := range registry {
+		ns = append(ns, n)
+	}
+	sort.Strings(ns)
+	return ns
+}
+
+// Open opens the named backend. Opening may fail for environmental reasons
+// (no GPU driver); the error says why.
+func Open(name string) (Backend, error) {
+	mu.Lock()
+	open, ok := registry[name]
+	mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("%w %q (registered: %v)", ErrUnknown, name, Names())
+	}
+	return open()
+}

@@ -1,0 +1,18 @@
+// Package backend defines how kimimoe runs an MoE layer: the small Backend
+// interface every implementation satisfies, capability reporting, a registry
+// by name, the pure-Go backend "go" (the exact oracle of package moe), and
+// the one validation suite every backend runs (Validate for the command
+// line, RunConformance for tests).
+//
+// A backend is opened by name (Open), reports what it can run
+// (Capabilities), prepares a layer from weights and a spec (Prepare, which
+// fails, naming the fallback, for anything it cannot run: activation,
+// chain, recipe, shape), and runs forwards on the prepared layer. Errors
+// about inputs wrap moe.ErrInput; unsupported requests wrap ErrUnsupported.
+//
+// Output and precision. Layer.Forward writes float32 [rows, K]. The "go"
+// backend computes the oracle in float64 and rounds each output once to
+// float32. Validate compares a backend's output with the float64 oracle on
+// the same chain and recipe: cosine >= 0.99999 and NRMSE <= 1e-3, the same
+// non-finite positions, and three runs bitwise equal.
+package backend

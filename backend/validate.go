@@ -1,0 +1,214 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"kimimoe/activation"
+	"kimimoe/moe"
+	"kimimoe/mxfp"
+)
+
+// Thresholds a backend's output must meet against the oracle on the same
+// chain. A GPU accumulates each GEMM in float32 in its own order: that
+// alone is ~1e-7 relative, but on the quantized chains it can move an
+// intermediate across an MXFP8 rounding boundary, which changes that one
+// element by an E4M3 step (up to 2^-4 relative); such flips are rare and
+// leave NRMSE far below 1e-3 (see docs/VALIDATION.md).
+const (
+	MinCosine = 0.99999
+	MaxNRMSE  = 1e-3
+)
+
+// ValidateOptions configures Validate.
+type ValidateOptions struct {
+	Suite       string // smoke, real, large, all
+	Activation  activation.Kind
+	Chain       moe.Chain
+	Recipe      mxfp.Recipe
+	RequireSitu bool // fail at once if the backend cannot run SiTU
+	Runs        int  // forward runs per case for the determinism check (default 3)
+	// Progress, if set, is called before each case.
+	Progress func(done, total int, name string)
+}
+
+// Result is one case's outcome.
+type Result struct {
+	Name, Shape   string
+	Status        string // PASS, FAIL, UNSUPPORTED, ERROR
+	Metrics       moe.Metrics
+	RowsChecked   int
+	Deterministic bool
+	GraphChecked  bool
+	GraphEqual    bool
+	Seconds       float64
+	Detail        string
+}
+
+// Passed reports whether the result is a pass.
+func (r *Result) Passed() bool { return r.Status == "PASS" }
+
+// weightKey identifies a weight set and the layer prepared from it (cases
+// of one run differ in nothing else that Prepare sees but the EP rank).
+type weightKey struct {
+	seed    uint64
+	k, n, e int
+	gated   bool
+	ep      moe.EP
+}
+
+// Validate runs a suite of the validation matrix on b and compares each
+// case with the oracle. It returns an error only for a bad request (unknown
+// suite, SiTU required but missing); case failures are in the results.
+func Validate(b Backend, opts ValidateOptions) ([]Result, error) {
+	caps := b.Capabilities()
+	if opts.RequireSitu && !slices.Contains(caps.Activations, activation.Situ) {
+		return nil, fmt.Errorf("%w: backend %q cannot run SiTU (--require-situ); use the %q backend", ErrUnsupported, b.Name(), GoName)
+	}
+	specs, err := moe.ValidationMatrix(opts.Suite, opts.Activation, opts.Chain, opts.Recipe)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Runs < 1 {
+		opts.Runs = 3
+	}
+	weights := map[weightKey]*moe.Weights{}
+	layers := map[weightKey]Layer{}
+	oracles := map[weightKey]*moe.Oracle{}
+	defer func() {
+		for _, l := range layers {
+			l.Close()
+		}
+	}()
+	var results []Result
+	for i := range specs {
+		s := &specs[i]
+		if opts.Progress != nil {
+			opts.Progress(i, len(specs), s.Name)
+		}
+		start := time.Now()
+		r := Result{Name: s.Name, Shape: s.Shape()}
+		key := weightKey{s.WeightSeed, s.K, s.N, s.ELocal, s.Activation.IsGated(), s.LayerSpec().EP}
+		w := weights[key]
+		if w == nil {
+			w = moe.GenerateWeights(s)
+			weights[key] = w
+		}
+		c, err := moe.GenerateCase(s, w)
+		if err == nil {
+			err = runCase(&r, b, c, s, key, layers, oracles, opts.Runs)
+		}
+		if err != nil {
+			r.Status, r.Detail = "ERROR", err.Error()
+			if errors.Is(err, ErrUnsupported) {
+				r.Status = "UNSUPPORTED"
+			}
+		}
+		r.Seconds = time.Since(start).Seconds()
+		results = append(results, r)
+	}
+	if opts.Progress != nil {
+		opts.Progress(len(specs), len(specs), "")
+	}
+	return results, nil
+}
+
+func runCase(r *Result, b Backend, c *moe.Case, s *moe.CaseSpec, key weightKey,
+	layers map[weightKey]Layer, oracles map[weightKey]*moe.Oracle, runs int) error {
+	layer := layers[key]
+	if layer == nil {
+		var err error
+		if layer, err = b.Prepare(c.Weights, c.Spec); err != nil {
+			return err
+		}
+		layers[key] = layer
+	}
+	o := oracles[key]
+	if o == nil {
+		var err error
+		if o, err = moe.NewOracle(c.Weights, c.Spec); err != nil {
+			return err
+		}
+		oracles[key] = o
+	}
+	rows := moe.SampleRows(s.M, s.SampleRows, s.Seed)
+	r.RowsChecked = len(rows)
+	var argRows []int
+	if s.SampleRows > 0 {
+		argRows = rows
+	}
+	k := c.Weights.K
+	outs := make([][]float32, runs)
+	for i := range outs {
+		outs[i] = make([]float32, len(rows)*k)
+		for j := range outs[i] {
+			outs[i][j] = float32(math.NaN()) // poison: every element must be written
+		}
+		if err := layer.Forward(outs[i], &c.Input, argRows); err != nil {
+			return fmt.Errorf("forward: %w", err)
+		}
+	}
+	r.Deterministic = true
+	for i := 1; i < runs; i++ {
+		if !bitwiseEqual(outs[0], outs[i]) {
+			r.Deterministic = false
+		}
+	}
+	ref := make([]float64, len(rows)*k)
+	if err := o.Forward(ref, &c.Input, rows); err != nil {
+		return fmt.Errorf("oracle: %w", err)
+	}
+	r.Metrics = moe.Compare(moe.Widen(outs[0]), ref)
+
+	if gl, ok := layer.(GraphLayer); ok && s.SampleRows == 0 {
+		r.GraphChecked, r.GraphEqual = true, true
+		for range 2 {
+			g := make([]float32, s.M*k)
+			if err := gl.ForwardGraph(g, &c.Input); err != nil {
+				return fmt.Errorf("graph: %w", err)
+			}
+			if !bitwiseEqual(g, outs[0]) {
+				r.GraphEqual = false
+			}
+		}
+	}
+
+	m := r.Metrics
+	var why []string
+	if m.Cosine < MinCosine {
+		why = append(why, fmt.Sprintf("cosine %.7f < %g", m.Cosine, MinCosine))
+	}
+	if !(m.NRMSE <= MaxNRMSE) {
+		why = append(why, fmt.Sprintf("NRMSE %.3g > %g", m.NRMSE, MaxNRMSE))
+	}
+	if m.NonFiniteMismatch > 0 {
+		why = append(why, fmt.Sprintf("%d non-finite mismatches", m.NonFiniteMismatch))
+	}
+	if !r.Deterministic {
+		why = append(why, fmt.Sprintf("%d runs not bitwise equal", runs))
+	}
+	if r.GraphChecked && !r.GraphEqual {
+		why = append(why, "graph replay differs from eager")
+	}
+	r.Status = "PASS"
+	if len(why) > 0 {
+		r.Status = "FAIL"
+		r.Detail = fmt.Sprint(why)
+	}
+	return nil
+}
+
+func bitwiseEqual(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+)
+
+// progress prints a one-line status on stderr, only when stderr is a
+// terminal, and only once work has gone on for a second (short work stays
+// quiet).
+type progress struct {
+	tty   bool
+	start time.Time
+	shown bool
+}
+
+func newProgress() *progress {
+	st, err := os.Stderr.Stat()
+	return &progress{tty: err == nil && st.Mode()&os.ModeCharDevice != 0, start: time.Now()}
+}
+
+func (p *progress) update(format string, a ...any) {
+	if !p.tty || time.Since(p.start) < time.Second {
+		return
+	}
+	p.shown = true
+	fmt.Fprintf(os.Stderr, "\r\033[K[%5.1fs] %s", time.Since(p.start).Seconds(), fmt.Sprintf(format, a...))
+}
+
+func (p *progress) done() {
+	if p.shown {
+		fmt.Fprint(os.Stderr, "\r\033[K")
+	}
+}

@@ -1,0 +1,208 @@
+package moe
+
+import (
+	"encoding/binary"
+	"errors"
+	"flag"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"kimimoe/activation"
+	"kimimoe/internal/safetensors"
+	"kimimoe/mxfp"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
+
+func smallCase(t *testing.T, act activation.Kind, chain Chain, recipe mxfp.Recipe, seed uint64) *Case {
+	t.Helper()
+	s := CaseSpec{Name: "small", M: 3, K: 64, N: 32, ELocal: 4, TopK: 2, Routing: RoutingMasked, Activation: act,
+		Chain: chain, Recipe: recipe, Seed: seed, WeightSeed: seed}
+	c, err := GenerateCase(&s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestCaseFileRoundTrip(t *testing.T) {
+	c := smallCase(t, activation.SwigluBias, ChainFlashInfer, mxfp.RecipeFloor, 1)
+	c.Spec.Params = []activation.Params{activation.DefaultParams(), activation.DefaultParams(), activation.DefaultParams(), activation.DefaultParams()}
+	c.Spec.Params[2].SwigluLimit = 5.5 // per-expert parameters survive
+	path := filepath.Join(t.TempDir(), "case.safetensors")
+	if err := WriteCase(path, c); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadCase(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	if back.Spec.Activation != c.Spec.Activation || back.Spec.Chain != c.Spec.Chain || back.Spec.Recipe != c.Spec.Recipe ||
+		len(back.Spec.Params) != 4 || back.Spec.Params[2].SwigluLimit != 5.5 || back.Spec.Params[1].SwigluLimit != 7 {
+		t.Fatalf("spec changed: %+v", back.Spec)
+	}
+	a, b := make([]float64, 3*64), make([]float64, 3*64)
+	for i, cc := range []*Case{c, back} {
+		o, err := NewOracle(cc.Weights, cc.Spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Forward([][]float64{a, b}[i], &cc.Input, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !Compare(a, b).Bitwise {
+		t.Fatal("the case read back gives a different output")
+	}
+}
+
+// rawFile builds a case file by hand so each test can break one thing.
+func rawFile(t *testing.T, mutate func(ts map[string]*safetensors.Tensor, md map[string]string)) []byte {
+	t.Helper()
+	c := smallCase(t, activation.Situ, ChainMXFP8, mxfp.RecipeRCeil, 2)
+	list, md := c.Tensors()
+	ts := map[string]*safetensors.Tensor{}
+	var order []string
+	for _, x := range list {
+		ts[x.Name] = x
+		order = append(order, x.Name)
+	}
+	mutate(ts, md)
+	var out []*safetensors.Tensor
+	for _, n := range order {
+		if ts[n] != nil {
+			out = append(out, ts[n])
+		}
+	}
+	var buf strings.Builder
+	if err := safetensors.Write(&buf, out, md); err != nil {
+		t.Fatal(err)
+	}
+	return []byte(buf.String())
+}
+
+func TestBadCaseFiles(t *testing.T) {
+	good := rawFile(t, func(map[string]*safetensors.Tensor, map[string]string) {})
+	hlen := binary.LittleEndian.Uint64(good)
+	lying := append([]byte{}, good...)
+	hdr := strings.Replace(string(lying[8:8+hlen]), `"data_offsets":[0,`, `"data_offsets":[4,`, 1)
+	copy(lying[8:], hdr)
+	cases := []struct {
+		name, wantInErr string
+		data            []byte
+	}{
+		{"truncated data", "truncated", good[:len(good)-100]},
+		{"truncated header", "header length", good[:20]},
+		{"empty", "empty", nil},
+		{"header lies about offsets", `tensor "x"`, lying},
+		{"missing tensor", `"topk_ids"`, rawFile(t, func(ts map[string]*safetensors.Tensor, _ map[string]string) { delete(ts, "topk_ids") })},
+		{"wrong dtype", `"w31"`, rawFile(t, func(ts map[string]*safetensors.Tensor, _ map[string]string) {
+			ts["w31"] = &safetensors.Tensor{Name: "w31", DType: safetensors.I8, Shape: ts["w31"].Shape, Data: ts["w31"].Data}
+		})},
+		{"wrong shape", `"w2_scale"`, rawFile(t, func(ts map[string]*safetensors.Tensor, _ map[string]string) {
+			ts["w2_scale"].Shape = []int{4, 32, 2}
+			ts["w2_scale"].Data = ts["w2_scale"].Data[:256]
+		})},
+		{"unknown activation", "activation", rawFile(t, func(_ map[string]*safetensors.Tensor, md map[string]string) { md["activation"] = "swish" })},
+		{"no activation", "activation", rawFile(t, func(_ map[string]*safetensors.Tensor, md map[string]string) { delete(md, "activation") })},
+		{"bad chain", "chain", rawFile(t, func(_ map[string]*safetensors.Tensor, md map[string]string) { md["chain"] = "fp16" })},
+		{"bad ep", "ep_size", rawFile(t, func(_ map[string]*safetensors.Tensor, md map[string]string) { md["ep_rank"] = "3"; md["ep_size"] = "2" })},
+		{"bad param list", "situ_beta", rawFile(t, func(_ map[string]*safetensors.Tensor, md map[string]string) { md["situ_beta"] = "4,4" })},
+		{"id out of range", "topk_ids", rawFile(t, func(ts map[string]*safetensors.Tensor, _ map[string]string) {
+			binary.LittleEndian.PutUint32(ts["topk_ids"].Data, 99)
+		})},
+		{"gate/up rows vs activation", `"w31"`, rawFile(t, func(_ map[string]*safetensors.Tensor, md map[string]string) { md["activation"] = "relu2" })},
+	}
+	dir := t.TempDir()
+	for _, c := range cases {
+		path := filepath.Join(dir, strings.NewReplacer(" ", "_", "/", "_").Replace(c.name))
+		if err := os.WriteFile(path, c.data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := ReadCase(path)
+		if err == nil {
+			t.Errorf("%s: no error", c.name)
+			continue
+		}
+		if !errors.Is(err, ErrCaseFile) && !errors.Is(err, safetensors.ErrFormat) {
+			t.Errorf("%s: error %v wraps neither ErrCaseFile nor safetensors.ErrFormat", c.name, err)
+		}
+		if !strings.Contains(err.Error(), c.wantInErr) {
+			t.Errorf("%s: error %q does not mention %q", c.name, err, c.wantInErr)
+		}
+	}
+	if _, err := ReadCase(filepath.Join(dir, "does-not-exist")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+// Golden files: small cases with the oracle's float64 output "out_f64" and
+// the float32 "out" of `kimimoe run`. Any change to the oracle's numbers
+// shows here. Regenerate with: go test ./moe -run Golden -update
+func TestGolden(t *testing.T) {
+	golden := []struct {
+		name   string
+		act    activation.Kind
+		chain  Chain
+		recipe mxfp.Recipe
+	}{
+		{"situ_mxfp8_rceil", activation.Situ, ChainMXFP8, mxfp.RecipeRCeil},
+		{"situ_flashinfer_rceil", activation.Situ, ChainFlashInfer, mxfp.RecipeRCeil},
+		{"swiglu_oai_exact_floor", activation.SwigluBias, ChainExact, mxfp.RecipeFloor},
+	}
+	for i, g := range golden {
+		path := filepath.Join("..", "testdata", "golden", g.name+".safetensors")
+		if *update {
+			c := smallCase(t, g.act, g.chain, g.recipe, uint64(10+i))
+			out := make([]float64, c.Input.M*c.Weights.K)
+			o, err := NewOracle(c.Weights, c.Spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := o.Forward(out, &c.Input, nil); err != nil {
+				t.Fatal(err)
+			}
+			out32 := make([]float32, len(out))
+			for j, v := range out {
+				out32[j] = float32(v)
+			}
+			if err := WriteCase(path, c, safetensors.FromFloat64("out_f64", []int{c.Input.M, c.Weights.K}, out),
+				safetensors.FromFloat32("out", []int{c.Input.M, c.Weights.K}, out32)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c, err := ReadCase(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := c.Extra["out_f64"].Float64s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := NewOracle(c.Weights, c.Spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float64, len(want))
+		if err := o.Forward(got, &c.Input, nil); err != nil {
+			t.Fatal(err)
+		}
+		if m := Compare(got, want); !m.Bitwise {
+			t.Errorf("%s: oracle output changed: %v", g.name, m)
+		}
+		nonzero := 0
+		for _, v := range want {
+			if v != 0 && !math.IsNaN(v) {
+				nonzero++
+			}
+		}
+		if nonzero < len(want)/2 {
+			t.Errorf("%s: golden output is mostly zero (%d of %d nonzero): a weak test", g.name, nonzero, len(want))
+		}
+		c.Close()
+	}
+}

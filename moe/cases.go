@@ -1,0 +1,203 @@
+package moe
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"kimimoe/activation"
+	"kimimoe/mxfp"
+)
+
+// Routing selects how GenerateCase routes tokens.
+type Routing uint8
+
+const (
+	RoutingUniform     Routing = iota // each token picks top-k distinct experts uniformly
+	RoutingSkewed                     // Zipf-like: a few experts get most tokens
+	RoutingEmptyExpert                // uniform, but one local expert gets no token
+	RoutingMasked                     // uniform, then some slots set to -1
+)
+
+func (r Routing) String() string {
+	return [...]string{"uniform", "skewed", "empty", "masked"}[r]
+}
+
+// CaseSpec describes a synthetic, seeded case.
+type CaseSpec struct {
+	Name         string
+	M, K, N      int
+	ELocal, TopK int
+	EP           EP
+	Routing      Routing
+	LocalSlots   int // > 0: exactly this many of each token's slots hit local experts (the rest other ranks')
+	NonFinite    bool
+	Activation   activation.Kind
+	Params       []activation.Params // nil: defaults
+	Chain        Chain
+	Recipe       mxfp.Recipe
+	Seed         uint64 // input and routing
+	WeightSeed   uint64 // weights (cases sharing it and the shape share weights)
+	SampleRows   int    // > 0: check only this many seeded rows against the oracle
+}
+
+// Shape formats the case's shape.
+func (s *CaseSpec) Shape() string {
+	ep := s.EP.norm()
+	return fmt.Sprintf("M=%d K=%d N=%d E=%d top%d ep%d/%d", s.M, s.K, s.N, s.ELocal, s.TopK, ep.Rank, ep.Size)
+}
+
+// LayerSpec returns the spec the case runs with.
+func (s *CaseSpec) LayerSpec() LayerSpec {
+	ps := s.Params
+	if ps == nil {
+		ps = []activation.Params{activation.DefaultParams()}
+	}
+	return LayerSpec{Activation: s.Activation, Params: ps, Chain: s.Chain, Recipe: s.Recipe, EP: s.EP.norm()}
+}
+
+// GenerateWeights makes random MXFP4 weights for spec: uniform random E2M1
+// codes; E8M0 scales spread over three binades around a level chosen so that
+// GEMM1 outputs have an RMS near 3 (where SiTU's gate is neither linear nor
+// saturated) and expert outputs near 1, for x ~ N(0, 1).
+func GenerateWeights(s *CaseSpec) *Weights {
+	w := NewWeights(s.ELocal, s.N, s.K, s.Activation.IsGated())
+	src := rand.NewChaCha8(seedBytes(s.WeightSeed, 0x77))
+	src.Read(w.W31)
+	src.Read(w.W2)
+	// RMS of a uniform random E2M1 value: sqrt(mean of the 8 squares) = 2.93.
+	const e2m1RMS = 2.926
+	s1 := int(math.Round(math.Log2(3 / (e2m1RMS * math.Sqrt(float64(s.K))))))
+	s2 := int(math.Round(math.Log2(1 / (4 * e2m1RMS * math.Sqrt(float64(s.N))))))
+	fillScales(src, w.W31Scale, s1)
+	fillScales(src, w.W2Scale, s2)
+	return w
+}
+
+func fillScales(src *rand.ChaCha8, dst []uint8, level int) {
+	src.Read(dst)
+	for i, b := range dst {
+		dst[i] = uint8(level + 127 + int(b)%3 - 1)
+	}
+}
+
+func seedBytes(seed uint64, salt byte) (b [32]byte) {
+	binary.LittleEndian.PutUint64(b[:], seed)
+	b[31] = salt
+	return
+}
+
+// GenerateCase builds the case for spec, with weights w (from
+// GenerateWeights for the same shape; nil to generate them).
+func GenerateCase(s *CaseSpec, w *Weights) (*Case, error) {
+	if w == nil {
+		w = GenerateWeights(s)
+	}
+	ep := s.EP.norm()
+	if err := ep.Validate(); err != nil {
+		return nil, err
+	}
+	global := s.ELocal * ep.Size
+	if s.TopK > global || s.LocalSlots > s.TopK || s.LocalSlots > s.ELocal || s.TopK-s.LocalSlots > global-s.ELocal && s.LocalSlots > 0 {
+		return nil, fmt.Errorf("moe: case %s: top-%d with %d local slots does not fit %d local of %d experts", s.Name, s.TopK, s.LocalSlots, s.ELocal, global)
+	}
+	rng := rand.New(rand.NewPCG(s.Seed, 0x6b696d69))
+	in := Input{M: s.M, TopK: s.TopK, X: make([]float32, s.M*s.K), TopKIDs: make([]int32, s.M*s.TopK), TopKWeights: make([]float32, s.M*s.TopK)}
+	for i := range in.X {
+		in.X[i] = float32(rng.NormFloat64())
+	}
+	if s.NonFinite {
+		specials := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1))}
+		for t := range s.M {
+			in.X[t*s.K+(t*37)%s.K] = specials[t%3]
+		}
+	}
+	lo, _ := ep.LocalRange(s.ELocal)
+	empty := int32(lo + s.ELocal/2)
+	zipf := make([]float64, global)
+	for i := range zipf {
+		zipf[i] = 1 / math.Pow(float64(i+1), 1.5)
+	}
+	for t := range s.M {
+		ids := in.TopKIDs[t*s.TopK : (t+1)*s.TopK]
+		taken := map[int32]bool{}
+		pick := func(ok func(int32) bool) int32 {
+			for {
+				var id int32
+				if s.Routing == RoutingSkewed {
+					id = int32(weightedPick(rng, zipf))
+				} else {
+					id = int32(rng.IntN(global))
+				}
+				if !taken[id] && ok(id) {
+					taken[id] = true
+					return id
+				}
+			}
+		}
+		isLocal := func(id int32) bool { _, ok := ep.Local(int64(id), s.ELocal); return ok }
+		for k := range ids {
+			switch {
+			case s.LocalSlots > 0 && k < s.LocalSlots:
+				ids[k] = pick(isLocal)
+			case s.LocalSlots > 0:
+				ids[k] = pick(func(id int32) bool { return !isLocal(id) })
+			case s.Routing == RoutingEmptyExpert:
+				ids[k] = pick(func(id int32) bool { return id != empty })
+			default:
+				ids[k] = pick(func(int32) bool { return true })
+			}
+		}
+		rng.Shuffle(len(ids), func(i, j int) { ids[i], ids[j] = ids[j], ids[i] })
+		if s.Routing == RoutingMasked && (t%2 == 0 || t == s.M-1) {
+			ids[(t/2)%s.TopK] = -1
+		}
+		wt := in.TopKWeights[t*s.TopK : (t+1)*s.TopK]
+		sum := float32(0)
+		for k := range wt {
+			wt[k] = 0.05 + 0.95*rng.Float32()
+			sum += wt[k]
+		}
+		for k := range wt {
+			wt[k] /= sum
+		}
+	}
+	return &Case{Name: s.Name, Weights: w, Spec: s.LayerSpec(), Input: in}, nil
+}
+
+func weightedPick(rng *rand.Rand, p []float64) int {
+	total := 0.0
+	for _, v := range p {
+		total += v
+	}
+	x := rng.Float64() * total
+	for i, v := range p {
+		if x < v {
+			return i
+		}
+		x -= v
+	}
+	return len(p) - 1
+}
+
+// SampleRows returns n distinct rows of [0, m) chosen with seed, sorted;
+// all rows if n <= 0 or n >= m.
+func SampleRows(m, n int, seed uint64) []int {
+	rows := make([]int, m)
+	for i := range rows {
+		rows[i] = i
+	}
+	if n <= 0 || n >= m {
+		return rows
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x726f7773))
+	rng.Shuffle(m, func(i, j int) { rows[i], rows[j] = rows[j], rows[i] })
+	rows = rows[:n]
+	for i := 1; i < n; i++ { // insertion sort: n is small
+		for j := i; j > 0 && rows[j] < rows[j-1]; j-- {
+			rows[j], rows[j-1] = rows[j-1], rows[j]
+		}
+	}
+	return rows
+}

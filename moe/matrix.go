@@ -1,0 +1,67 @@
+package moe
+
+import (
+	"fmt"
+
+	"kimimoe/activation"
+	"kimimoe/mxfp"
+)
+
+// Suites names the validation suites.
+var Suites = []string{"smoke", "real", "large", "all"}
+
+// ValidationMatrix returns the cases of a suite (DESIGN.md "Validation
+// matrix", from the seed's test matrix) for one activation, chain and
+// recipe:
+//
+//	smoke  M = 1, 2, 8, 32 with uniform, skewed, empty-expert and masked
+//	       routing; EP2 global ids; Kimi EP32 rank 7 (E_local 28, top-16, 8
+//	       slots local) at a small K and N; non-finite inputs. Small shapes.
+//	real   Kimi-K3 shape K=3584, N=3072, E_local=28, top-16, EP32 rank 7
+//	       with 8 of 16 slots local: decode M=1 and prefill M=128.
+//	large  the real shape at M = 512, 2048, 8192; the oracle checks 32
+//	       seeded rows of each.
+//	all    smoke + real + large.
+func ValidationMatrix(suite string, act activation.Kind, chain Chain, recipe mxfp.Recipe) ([]CaseSpec, error) {
+	base := CaseSpec{Activation: act, Chain: chain, Recipe: recipe, K: 256, N: 128, ELocal: 8, TopK: 4, WeightSeed: 1}
+	var smoke []CaseSpec
+	add := func(s CaseSpec) {
+		s.Seed = uint64(len(smoke) + 100)
+		smoke = append(smoke, s)
+	}
+	for _, m := range []int{1, 2, 8, 32} {
+		for _, r := range []Routing{RoutingUniform, RoutingSkewed, RoutingEmptyExpert, RoutingMasked} {
+			s := base
+			s.Name, s.M, s.Routing = fmt.Sprintf("m%d_%v", m, r), m, r
+			add(s)
+		}
+	}
+	s := base
+	s.Name, s.M, s.EP = "ep2_rank1_global_ids", 8, EP{Size: 2, Rank: 1}
+	add(s)
+	s = base
+	s.Name, s.M, s.ELocal, s.TopK, s.EP, s.LocalSlots, s.WeightSeed = "kimi_ep32_rank7_small", 8, 28, 16, EP{Size: 32, Rank: 7}, 8, 2
+	add(s)
+	s = base
+	s.Name, s.M, s.NonFinite = "nonfinite_inputs", 6, true
+	add(s)
+
+	kimi := KimiK3()
+	real := func(name string, m, sample int) CaseSpec {
+		return CaseSpec{Name: name, M: m, K: kimi.K, N: kimi.N, ELocal: 28, TopK: kimi.TopK, EP: EP{Size: 32, Rank: 7},
+			LocalSlots: 8, Activation: act, Chain: chain, Recipe: recipe, Seed: uint64(1000 + m), WeightSeed: 3584, SampleRows: sample}
+	}
+	realCases := []CaseSpec{real("kimi_decode_m1", 1, 0), real("kimi_prefill_m128", 128, 0)}
+	large := []CaseSpec{real("kimi_m512", 512, 32), real("kimi_m2048", 2048, 32), real("kimi_m8192", 8192, 32)}
+	switch suite {
+	case "smoke":
+		return smoke, nil
+	case "real":
+		return realCases, nil
+	case "large":
+		return large, nil
+	case "all":
+		return append(append(smoke, realCases...), large...), nil
+	}
+	return nil, fmt.Errorf("moe: unknown suite %q (want smoke, real, large or all)", suite)
+}
