@@ -1,0 +1,89 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"kimimoe/moe"
+	"kimimoe/plan"
+)
+
+func runPlan(args []string) error {
+	fs := newFlags("plan", "--model kimi-k3 --tp 32 --ep 4 --dp 1 [--pp 1] --tokens 8192 [--json]")
+	model := fs.String("model", "kimi-k3", "model preset")
+	var d plan.Deployment
+	fs.IntVar(&d.TP, "tp", 32, "tensor-parallel size")
+	fs.IntVar(&d.EP, "ep", 4, "expert-parallel size")
+	fs.IntVar(&d.DP, "dp", 1, "MoE data-parallel size")
+	fs.IntVar(&d.PP, "pp", 1, "pipeline-parallel size")
+	fs.IntVar(&d.Nodes, "nodes", 0, "nodes (0: not checked)")
+	fs.IntVar(&d.GPUsPerNode, "gpus-per-node", 0, "GPUs per node (0: not checked)")
+	fs.IntVar(&d.Tokens, "tokens", 8192, "tokens per prefill step")
+	fs.IntVar(&d.DTypeBytes, "dtype-bytes", 2, "bytes per reduced element (bf16: 2)")
+	asJSON := fs.Bool("json", false, "print JSON instead of tables")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	models := moe.Models()
+	m, ok := models[*model]
+	if !ok {
+		var names []string
+		for n := range models {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return fmt.Errorf("unknown model %q (known: %s)", *model, strings.Join(names, ", "))
+	}
+	p, err := plan.Make(m, d)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(p)
+	}
+	printPlan(m, p)
+	return nil
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+func gib(b int64) string { return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30)) }
+
+func printPlan(m moe.Model, p *plan.Plan) {
+	d, em := p.Deployment, p.Mapping
+	fmt.Printf("%s: hidden %d, routed latent %d, %d experts x N=%d, top-%d, %d layers (%d MoE), MLA latent %d\n",
+		m.Name, m.Hidden, m.K, m.NumExperts, m.N, m.TopK, m.NumLayers, m.MoELayers(), m.MLALatent())
+	fmt.Printf("deployment: TP%d / EP%d / DP%d / PP%d, %d tokens per step, %d-byte elements\n\n", d.TP, d.EP, d.DP, d.PP, d.Tokens, d.DTypeBytes)
+
+	fmt.Println("Expert mapping")
+	fmt.Printf("  moe_tp_size = tp/ep/dp = %d/%d/%d = %d\n", d.TP, d.EP, d.DP, em.MoETPSize)
+	fmt.Printf("  local experts = %d/%d = %d per EP rank; each rank holds an N/%d = %d slice of their intermediate\n",
+		m.NumExperts, d.EP, em.LocalExperts, em.MoETPSize, em.IntermediateEach)
+	for r, rg := range em.Ranges {
+		if r < 4 || r == len(em.Ranges)-1 {
+			fmt.Printf("  EP rank %2d: global experts [%d, %d)\n", r, rg[0], rg[1])
+		} else if r == 4 {
+			fmt.Println("  ...")
+		}
+	}
+	for _, st := range p.Stages {
+		fmt.Printf("\nPrefill step collectives per rank (stage %d, layers [%d, %d))\n", st.Stage, st.Layers[0], st.Layers[1])
+		fmt.Printf("  %-44s %6s %-18s %9s %10s %6s\n", "source", "count", "message", "", "per step", "share")
+		for _, c := range append(st.Collectives, st.Total) {
+			msg := fmt.Sprintf("[%d, %d]", d.Tokens, c.Width)
+			size := mib(c.MessageBytes)
+			if c.Name == "total" {
+				msg, size = "", ""
+			}
+			fmt.Printf("  %-44s %6d %-18s %9s %10s %5.1f%%\n", c.Name, c.Count, msg, size, gib(c.StepBytes), 100*c.Share)
+		}
+	}
+	fmt.Printf("\nRing traffic per rank at each attention input (H=%d, L=%d, n=%d)\n", m.Hidden, m.MLALatent(), d.TP)
+	for _, a := range p.Alternatives {
+		fmt.Printf("  %-60s %-7s %6d units  %+6.1f%%  %s/rank\n", a.Name, a.Formula, a.Units, 100*a.Change, mib(a.RankBytes))
+	}
+}
