@@ -2,10 +2,9 @@ package activation
 
 import (
 	"math"
-	"os"
 	"testing"
 
-	"kimimoe/internal/safetensors"
+	"kimimoe/internal/testref"
 )
 
 // ABI values and the gated set: DESIGN.md "Activations", read from
@@ -58,30 +57,8 @@ func TestABIValuesAndGatedTable(t *testing.T) {
 	Eval(InvalidType, &p, 1, 1)
 }
 
-func loadActivations(t *testing.T) *safetensors.File {
-	t.Helper()
-	b, err := os.ReadFile("../testdata/ref/activations.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := safetensors.Parse(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
-func f64s(t *testing.T, f *safetensors.File, name string) []float64 {
-	t.Helper()
-	tt := f.Get(name)
-	if tt == nil {
-		t.Fatalf("reference tensor %q missing", name)
-	}
-	v, err := tt.Float64s()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
+func loadActivations(t *testing.T) *testref.File {
+	return testref.Load(t, "../testdata/ref/activations.safetensors")
 }
 
 // The reference values are mpmath at 50 digits (scripts/gen_testdata.py,
@@ -90,14 +67,14 @@ func f64s(t *testing.T, f *safetensors.File, name string) []float64 {
 // SwigluStep limit 5.
 func TestEvalAgainstMpmath(t *testing.T) {
 	f := loadActivations(t)
-	gate, up := f64s(t, f, "gate"), f64s(t, f, "up")
+	gate, up := f.F64("gate"), f.F64("up")
 	p2 := Params{SituBeta: 2, SituLinearBeta: 10, SwigluAlpha: 1, SwigluBeta: 0.5, SwigluLimit: 5}
 	for _, k := range Kinds() {
 		for _, v := range []struct {
 			suffix string
 			p      Params
 		}{{"", DefaultParams()}, {"_p2", p2}} {
-			ref := f64s(t, f, "ref_"+k.String()+v.suffix)
+			ref := f.F64("ref_" + k.String() + v.suffix)
 			worst := 0.0
 			for i := range ref {
 				got := Eval(k, &v.p, gate[i], up[i])
@@ -129,7 +106,7 @@ func TestEvalAgainstMpmath(t *testing.T) {
 // below anything an MXFP8 block around them can hold.
 func TestEval32TracksEval(t *testing.T) {
 	f := loadActivations(t)
-	gate, up := f64s(t, f, "gate"), f64s(t, f, "up")
+	gate, up := f.F64("gate"), f.F64("up")
 	p := DefaultParams()
 	for _, k := range Kinds() {
 		worst := 0.0

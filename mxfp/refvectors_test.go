@@ -2,10 +2,9 @@ package mxfp
 
 import (
 	"math"
-	"os"
 	"testing"
 
-	"kimimoe/internal/safetensors"
+	"kimimoe/internal/testref"
 )
 
 // The vectors in ../testdata/ref/formats.safetensors were made on the GPU
@@ -15,52 +14,8 @@ import (
 // them, except where our saturating rule is documented to differ, and those
 // places are checked against the rule explicitly.
 
-func loadFormats(t *testing.T) *safetensors.File {
-	t.Helper()
-	b, err := os.ReadFile("../testdata/ref/formats.safetensors")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := safetensors.Parse(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
-func f32s(t *testing.T, f *safetensors.File, name string) []float32 {
-	t.Helper()
-	tt := f.Get(name)
-	if tt == nil {
-		t.Fatalf("reference tensor %q missing", name)
-	}
-	v, err := tt.Float32s()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-func u8s(t *testing.T, f *safetensors.File, name string) []uint8 {
-	t.Helper()
-	tt := f.Get(name)
-	if tt == nil {
-		t.Fatalf("reference tensor %q missing", name)
-	}
-	v, err := tt.Uint8s()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-func u16s(t *testing.T, f *safetensors.File, name string) []uint16 {
-	t.Helper()
-	v, err := f.Get(name).Uint16s()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
+func loadFormats(t *testing.T) *testref.File {
+	return testref.Load(t, "../testdata/ref/formats.safetensors")
 }
 
 func sameFloat(a, b float32) bool {
@@ -70,7 +25,7 @@ func sameFloat(a, b float32) bool {
 func TestDecodeTablesAgainstMLDtypesAndTorch(t *testing.T) {
 	f := loadFormats(t)
 	for _, name := range []string{"e4m3_decode_mldtypes", "e4m3_decode_torch"} {
-		ref := f32s(t, f, name)
+		ref := f.F32(name)
 		if len(ref) != 256 {
 			t.Fatalf("%s has %d entries", name, len(ref))
 		}
@@ -80,7 +35,7 @@ func TestDecodeTablesAgainstMLDtypesAndTorch(t *testing.T) {
 			}
 		}
 	}
-	ref := f32s(t, f, "e2m1_decode_mldtypes")
+	ref := f.F32("e2m1_decode_mldtypes")
 	for c := range 16 {
 		if got := DecodeE2M1(uint8(c)); !sameFloat(got, ref[c]) {
 			t.Errorf("DecodeE2M1(%#x) = %v, ml_dtypes says %v", c, got, ref[c])
@@ -90,7 +45,7 @@ func TestDecodeTablesAgainstMLDtypesAndTorch(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"e8m0_decode_mldtypes", "e8m0_decode_torch"} {
-		ref := f32s(t, f, name)
+		ref := f.F32(name)
 		for b := range 256 {
 			if got := DecodeE8M0(uint8(b)); !sameFloat(got, ref[b]) {
 				t.Errorf("DecodeE8M0(%#02x) = %v, %s says %v", b, got, name, ref[b])
@@ -142,14 +97,14 @@ func checkE4M3Against(t *testing.T, what string, in []float32, ref []uint8) {
 
 func TestEncodeE4M3AllBF16(t *testing.T) {
 	f := loadFormats(t)
-	in := f32s(t, f, "bf16_all_as_f32")
+	in := f.F32("bf16_all_as_f32")
 	for i, x := range in {
 		if math.Float32bits(x) != uint32(i)<<16 {
 			t.Fatalf("bf16_all_as_f32[%d] = %#08x, want bf16 pattern %#04x widened", i, math.Float32bits(x), i)
 		}
 	}
-	checkE4M3Against(t, "ml_dtypes/bf16", in, u8s(t, f, "e4m3_mldtypes_from_bf16"))
-	checkE4M3Against(t, "torch/bf16", in, u8s(t, f, "e4m3_torch_from_bf16"))
+	checkE4M3Against(t, "ml_dtypes/bf16", in, f.U8("e4m3_mldtypes_from_bf16"))
+	checkE4M3Against(t, "torch/bf16", in, f.U8("e4m3_torch_from_bf16"))
 	// The saturating rule by name: 465 rounds out of range and gives 448, not NaN.
 	if got := EncodeE4M3(465); got != 0x7E {
 		t.Errorf("EncodeE4M3(465) = %#02x, want 0x7E (448, saturating; torch gives NaN)", got)
@@ -158,9 +113,9 @@ func TestEncodeE4M3AllBF16(t *testing.T) {
 
 func TestEncodeE4M3Float32Samples(t *testing.T) {
 	f := loadFormats(t)
-	in := f32s(t, f, "f32_finite_samples")
-	checkE4M3Against(t, "ml_dtypes/f32", in, u8s(t, f, "e4m3_mldtypes_from_f32"))
-	checkE4M3Against(t, "torch/f32", in, u8s(t, f, "e4m3_torch_from_f32"))
+	in := f.F32("f32_finite_samples")
+	checkE4M3Against(t, "ml_dtypes/f32", in, f.U8("e4m3_mldtypes_from_f32"))
+	checkE4M3Against(t, "torch/f32", in, f.U8("e4m3_torch_from_f32"))
 	for _, x := range in {
 		if a, b := EncodeE4M3(x), EncodeE4M3Float64(float64(x)); a != b {
 			t.Fatalf("EncodeE4M3(%v) = %#02x but EncodeE4M3Float64 = %#02x", x, a, b)
@@ -192,15 +147,15 @@ func checkE2M1Against(t *testing.T, what string, in []float32, ref []uint8) {
 
 func TestEncodeE2M1AgainstMLDtypes(t *testing.T) {
 	f := loadFormats(t)
-	checkE2M1Against(t, "bf16", f32s(t, f, "bf16_all_as_f32"), u8s(t, f, "e2m1_mldtypes_from_bf16"))
-	checkE2M1Against(t, "f32", f32s(t, f, "f32_finite_samples"), u8s(t, f, "e2m1_mldtypes_from_f32"))
+	checkE2M1Against(t, "bf16", f.F32("bf16_all_as_f32"), f.U8("e2m1_mldtypes_from_bf16"))
+	checkE2M1Against(t, "f32", f.F32("f32_finite_samples"), f.U8("e2m1_mldtypes_from_f32"))
 }
 
 func TestBF16FromFloat32AgainstReferences(t *testing.T) {
 	f := loadFormats(t)
-	in := f32s(t, f, "f32_samples")
-	ml := u16s(t, f, "bf16_mldtypes_from_f32")
-	th := u16s(t, f, "bf16_torch_from_f32")
+	in := f.F32("f32_samples")
+	ml := f.U16("bf16_mldtypes_from_f32")
+	th := f.U16("bf16_torch_from_f32")
 	nans := 0
 	for i, x := range in {
 		got := BF16FromFloat32(x)
