@@ -81,6 +81,25 @@ type GraphLayer interface {
 	ForwardGraph(dst []float32, in *moe.Input) error
 }
 
+// Timer is implemented by layers that can time their forward on a device
+// (kimimoe bench).
+type Timer interface {
+	// Upload copies in to device buffers kept for in.M tokens.
+	Upload(in *moe.Input) error
+	// TimeForward runs the forward of the uploaded input of m tokens (as a
+	// graph replay if graph) and returns its device time in milliseconds,
+	// measured with device events around the kernels only.
+	TimeForward(m int, graph bool) (float64, error)
+}
+
+// BandwidthMeter is implemented by backends that can measure their
+// device's copy bandwidth.
+type BandwidthMeter interface {
+	// CopyBandwidth times device-to-device copies of n bytes (median of
+	// iters) and returns bytes read plus written per second.
+	CopyBandwidth(n int, iters int) (float64, error)
+}
+
 var (
 	mu       sync.Mutex
 	registry = map[string]func() (Backend, error){}

@@ -4,6 +4,7 @@
 //	kimimoe validate --suite smoke|real|large|all --backend NAME --activation KIND [--require-situ] [--json FILE]
 //	kimimoe run --case IN.safetensors --out OUT.safetensors [--backend NAME]
 //	kimimoe plan --model kimi-k3 --tp 32 --ep 4 --dp 1 --tokens 8192 [--json]
+//	kimimoe bench --backend cuda [--m 1,128,512,2048,8192] [--rounds 20] [--json FILE]
 //
 // Every subcommand takes -h. Errors go to stderr and the exit status is
 // non-zero on failure.
@@ -16,6 +17,7 @@ import (
 	"os"
 
 	"kimimoe/backend"
+	_ "kimimoe/backend/cuda" // registers "cuda"; loads nothing until opened
 )
 
 type command struct {
@@ -31,6 +33,7 @@ func init() {
 		{"run", "run one case file and write its output", runRun},
 		{"plan", "expert mapping and prefill communication of a deployment", runPlan},
 		{"bench", "time a backend at the Kimi EP32 shape against the floor", runBench},
+		{"chains", "how far the mxfp8 and flashinfer chains are from the exact chain (oracle)", runChains},
 	}
 }
 

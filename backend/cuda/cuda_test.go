@@ -1,0 +1,76 @@
+package cuda
+
+import (
+	"errors"
+	"testing"
+
+	"kimimoe/activation"
+	"kimimoe/backend"
+	"kimimoe/moe"
+	"kimimoe/mxfp"
+)
+
+// openOrSkip opens the GPU backend, or skips the test where there is none
+// (CI, the development machine): no cgo, no driver, no device, no NVRTC.
+func openOrSkip(t *testing.T) backend.Backend {
+	t.Helper()
+	b, err := backend.Open("cuda")
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNoDriver) || errors.Is(err, ErrNoDevice) || errors.Is(err, ErrNoNVRTC) {
+		t.Skipf("no GPU here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestConformance runs the shared conformance suite on the GPU.
+func TestConformance(t *testing.T) {
+	b := openOrSkip(t)
+	defer b.Close()
+	backend.RunConformance(t, b)
+}
+
+// What the GPU backend does not run fails at Prepare, naming the fallback.
+func TestUnsupportedAtPrepare(t *testing.T) {
+	b := openOrSkip(t)
+	defer b.Close()
+	s := moe.CaseSpec{Name: "u", M: 1, K: 64, N: 32, ELocal: 2, TopK: 1, Activation: activation.Relu2,
+		Chain: moe.ChainMXFP8, Recipe: mxfp.RecipeRCeil, Seed: 1, WeightSeed: 1}
+	c, err := moe.GenerateCase(&s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Prepare(c.Weights, c.Spec); !errors.Is(err, backend.ErrUnsupported) {
+		t.Errorf("relu2: %v, want ErrUnsupported", err)
+	}
+	s.Activation, s.Chain = activation.Situ, moe.ChainExact
+	c, _ = moe.GenerateCase(&s, nil)
+	if _, err := b.Prepare(c.Weights, c.Spec); !errors.Is(err, backend.ErrUnsupported) {
+		t.Errorf("exact chain: %v, want ErrUnsupported", err)
+	}
+}
+
+// TestCompileBothBodies compiles the kernels with NVRTC for sm_90 (the
+// portable body) and for sm_120a with the native block-scaled MMA body. It
+// needs NVRTC only, no device: on the GPU machine it is the evidence that
+// the sm_120a body compiles.
+func TestCompileBothBodies(t *testing.T) {
+	for _, c := range []struct {
+		arch   string
+		native bool
+	}{{ArchSM90, false}, {ArchSM120a, false}, {ArchSM120a, true}} {
+		cubin, err := CompileFor(c.arch, c.native)
+		if errors.Is(err, ErrNoNVRTC) || errors.Is(err, ErrUnavailable) {
+			t.Skipf("no NVRTC here: %v", err)
+		}
+		if err != nil {
+			t.Fatalf("%s native=%v: %v", c.arch, c.native, err)
+		}
+		if len(cubin) < 1000 {
+			t.Fatalf("%s native=%v: cubin of %d bytes", c.arch, c.native, len(cubin))
+		}
+		v, _ := NVRTCVersion()
+		t.Logf("%s native=%v: %d-byte cubin (NVRTC %s)", c.arch, c.native, len(cubin), v)
+	}
+}

@@ -1,0 +1,55 @@
+// Package cuda is the GPU backend: it runs the MoE layer's contract on an
+// NVIDIA GPU and registers itself with package backend as "cuda".
+//
+// Loading. Nothing is loaded at import or init. Open (or backend.Open
+// ("cuda")) dlopens libcuda.so.1 and NVRTC and resolves every symbol with
+// dlsym into a table; the package never links CUDA, so it builds with gcc
+// alone, and without cgo it builds and reports ErrUnavailable. The library
+// is reference-counted across opens. NVRTC is searched as $KIMIMOE_NVRTC,
+// libnvrtc.so, libnvrtc.so.13, libnvrtc.so.12, then
+// $CUDA_HOME/lib64/libnvrtc.so; the driver as $KIMIMOE_LIBCUDA, then
+// libcuda.so.1. Errors are typed and work before loading: errors.Is with
+// ErrUnavailable, ErrNoDriver, ErrNoDevice, ErrNoNVRTC, ErrCompile,
+// backend.ErrUnsupported; *CompileError carries the NVRTC log and *Error a
+// CUresult.
+//
+// Kernels. kernels/moe.cu is embedded and compiled by NVRTC for the
+// device's architecture on first use, then cached on disk under
+// $KIMIMOE_CACHE (default: the user cache directory, kimimoe/cubin) keyed
+// by the SHA-256 of source, architecture, options and NVRTC version; each
+// entry carries its own hash and a corrupt entry is rebuilt, not trusted.
+//
+// Pipeline, per forward, on one stream: MXFP8 quantization of x (unless
+// given quantized), expert-parallel filtering and a stable expert-sorted
+// permutation (-1 and other ranks' ids never index anything), grouped GEMM1
+// with the block-scaled MMA and the gated activation and MXFP8
+// requantization fused after it, grouped GEMM2, and a finalize that sums
+// each token's slots in slot order (no atomics: results are bitwise
+// deterministic).
+//
+// The block-scaled MMA is one device function with two bodies. On sm_89 and
+// sm_90 (the default): FP8 mma.sync m16n8k32 e4m3 x e4m3 with E2M1 widened
+// exactly to E4M3, one MMA per 32-block with a zero accumulator, promoted
+// to float32 with both scales. On sm_120a: the native mma.sync
+// kind::mxf8f6f4.block_scale with ue8m0 scales. The sm_120a body is opt-in
+// (CompileFor with ArchSM120a) and has been compiled by NVRTC, never run:
+// there was no sm_120 GPU to run it on.
+//
+// Capabilities: the gated activations (SiTU, SwiGLU, GPT-OSS SwiGLU,
+// SwigluStep, GeGLU, GeGLU-tanh) with per-expert parameters, the mxfp8 and
+// flashinfer chains, both recipes, x as float32 or pre-quantized, CUDA
+// Graphs. Anything else fails at Prepare with backend.ErrUnsupported naming
+// the "go" backend as the fallback.
+//
+// Precision against the oracle (same chain): the GEMMs accumulate block
+// products in float32 (the oracle: exact block sums, float64 across blocks),
+// the activation is float32 (on the mxfp8 chain the oracle's is float64),
+// and the finalize sums slots in float32. The first two can move an
+// intermediate value across an MXFP8 rounding boundary, changing that
+// element by one E4M3 step; see docs/VALIDATION.md for the measured effect.
+//
+// Each Backend holds one context (the device's primary context), one
+// stream and its own buffers; there is no package-level device state
+// beyond the loaded library table, so several devices can be driven by
+// several Backends.
+package cuda

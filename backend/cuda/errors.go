@@ -1,0 +1,41 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Typed errors. They exist whether or not the package was built with cgo.
+var (
+	// ErrUnavailable: built without cgo, so no GPU support at all.
+	ErrUnavailable = errors.New("cuda: built without cgo; GPU backend unavailable")
+	// ErrNoDriver: libcuda.so.1 could not be loaded or initialized.
+	ErrNoDriver = errors.New("cuda: no CUDA driver")
+	// ErrNoDevice: the driver loaded but reports no usable device.
+	ErrNoDevice = errors.New("cuda: no CUDA device")
+	// ErrNoNVRTC: NVRTC could not be loaded.
+	ErrNoNVRTC = errors.New("cuda: NVRTC not found")
+	// ErrCompile: NVRTC rejected the kernels; see *CompileError.
+	ErrCompile = errors.New("cuda: kernel compilation failed")
+)
+
+// Error is a failed CUDA driver call.
+type Error struct {
+	Call string
+	Code int
+	Name string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("cuda: %s: %s (%d)", e.Call, e.Name, e.Code) }
+
+// CompileError is an NVRTC failure with its log.
+type CompileError struct {
+	Arch string
+	Log  string
+}
+
+func (e *CompileError) Error() string {
+	return fmt.Sprintf("cuda: NVRTC compile for %s failed:\n%s", e.Arch, e.Log)
+}
+
+func (e *CompileError) Unwrap() error { return ErrCompile }

@@ -1,0 +1,7 @@
+//go:build !cgo
+
+package cuda
+
+import "kimimoe/backend"
+
+func openBackend() (backend.Backend, error) { return nil, ErrUnavailable }

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"kimimoe/activation"
+	"kimimoe/backend"
+	"kimimoe/moe"
+	"kimimoe/mxfp"
+)
+
+// benchRow is one token count's result.
+type benchRow struct {
+	M            int       `json:"m"`
+	LocalPairs   int       `json:"local_pairs"`
+	Experts      int       `json:"experts_touched"`
+	Bytes        int64     `json:"bytes"`
+	FLOPs        float64   `json:"flops"`
+	MedianMS     float64   `json:"median_ms"`
+	MinMS        float64   `json:"min_ms"`
+	MaxMS        float64   `json:"max_ms"`
+	GBps         float64   `json:"achieved_GBps"`
+	TFLOPs       float64   `json:"achieved_TFLOPs"`
+	FloorMS      float64   `json:"floor_ms"`
+	FloorBound   string    `json:"floor_bound"`
+	RatioToFloor float64   `json:"ratio_to_floor"`
+	SamplesMS    []float64 `json:"samples_ms"`
+}
+
+func runBench(args []string) error {
+	fs := newFlags("bench", "[--backend cuda] [--m 1,128,512,2048,8192] [--rounds 20] [--json FILE]")
+	name := fs.String("backend", "cuda", "backend (must time on a device)")
+	msFlag := fs.String("m", "1,128,512,2048,8192", "token counts")
+	rounds := fs.Int("rounds", 20, "interleaved timed rounds")
+	warmup := fs.Int("warmup", 3, "untimed forwards per token count first")
+	graph := fs.Bool("graph", true, "time CUDA-graph replays (else eager launches)")
+	chainName := fs.String("chain", "mxfp8", "precision chain")
+	peak := fs.Float64("fp8-peak", 1385, "FP8 matrix peak in TFLOP/s for the floor (DESIGN.md: torch._scaled_mm on the H200)")
+	copyMB := fs.Int("copy-mb", 2048, "size of the copy used to measure bandwidth, MiB")
+	jsonPath := fs.String("json", "", "also write the results as JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	chain, err := moe.ParseChain(*chainName)
+	if err != nil {
+		return err
+	}
+	var ms []int
+	for _, f := range strings.Split(*msFlag, ",") {
+		m, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || m < 1 {
+			return fmt.Errorf("--m: bad token count %q", f)
+		}
+		ms = append(ms, m)
+	}
+	if *rounds < 1 {
+		return fmt.Errorf("--rounds must be at least 1")
+	}
+	b, err := backend.Open(*name)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	meter, ok := b.(backend.BandwidthMeter)
+	if !ok {
+		return fmt.Errorf("backend %q cannot measure device bandwidth; bench needs a GPU backend", *name)
+	}
+
+	kimi := moe.KimiK3()
+	spec := moe.CaseSpec{K: kimi.K, N: kimi.N, ELocal: 28, TopK: kimi.TopK, EP: moe.EP{Size: 32, Rank: 7}, LocalSlots: 8,
+		Activation: activation.Situ, Chain: chain, Recipe: mxfp.RecipeRCeil, WeightSeed: 3584}
+	p := newProgress()
+	p.update("generating Kimi EP32 rank-7 weights (28 experts)")
+	w := moe.GenerateWeights(&spec)
+	p.update("preparing the layer on %s", b.Name())
+	layer, err := b.Prepare(w, spec.LayerSpec())
+	if err != nil {
+		p.done()
+		return err
+	}
+	defer layer.Close()
+	timer, ok := layer.(backend.Timer)
+	if !ok {
+		p.done()
+		return fmt.Errorf("backend %q cannot time a forward on a device", *name)
+	}
+	perExpert := int64(len(w.W31)+len(w.W31Scale)+len(w.W2)+len(w.W2Scale)) / int64(w.E)
+	rows := make([]benchRow, len(ms))
+	for j, m := range ms {
+		s := spec
+		s.Name, s.M, s.Seed = fmt.Sprintf("bench_m%d", m), m, uint64(m)
+		c, err := moe.GenerateCase(&s, w)
+		if err != nil {
+			p.done()
+			return err
+		}
+		touched := map[int]bool{}
+		pairs := 0
+		for _, id := range c.Input.TopKIDs {
+			if e, ok := s.EP.Local(int64(id), w.E); ok {
+				touched[e] = true
+				pairs++
+			}
+		}
+		r := &rows[j]
+		r.M, r.LocalPairs, r.Experts = m, pairs, len(touched)
+		// Fewest bytes: each touched expert's weights and scales once, x in
+		// (float32), the routing, and the float32 output.
+		r.Bytes = int64(len(touched))*perExpert + int64(m*kimi.K*4) + int64(m*kimi.TopK*8) + int64(m*kimi.K*4)
+		r.FLOPs = float64(pairs) * 2 * float64(3*kimi.N*kimi.K)
+		p.update("uploading M=%d", m)
+		if err := timer.Upload(&c.Input); err != nil {
+			p.done()
+			return err
+		}
+		for range *warmup {
+			if _, err := timer.TimeForward(m, *graph); err != nil {
+				p.done()
+				return err
+			}
+		}
+	}
+	start := time.Now()
+	for round := range *rounds {
+		for k := range ms { // rotate the order each round
+			j := (k + round) % len(ms)
+			p.update("round %d/%d, M=%d", round+1, *rounds, ms[j])
+			t, err := timer.TimeForward(ms[j], *graph)
+			if err != nil {
+				p.done()
+				return err
+			}
+			rows[j].SamplesMS = append(rows[j].SamplesMS, t)
+		}
+	}
+	p.update("measuring copy bandwidth")
+	bw, err := meter.CopyBandwidth(*copyMB<<20, 20)
+	p.done()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("kimimoe bench: backend %s (%s), %s\n", b.Name(), b.Capabilities().Device, time.Now().UTC().Format("2006-01-02"))
+	fmt.Printf("shape: Kimi EP32 rank 7, K=%d N=%d, 28 local experts, top-%d with 8 slots local, SiTU, chain %v, rceil; graph=%v\n",
+		kimi.K, kimi.N, kimi.TopK, chain, *graph)
+	fmt.Printf("floor = max(bytes / %.2f TB/s (copy, measured now), FLOPs / %.0f TFLOP/s (FP8 peak, DESIGN.md)); median of %d interleaved rounds (CUDA events) in %.1fs\n",
+		bw/1e12, *peak, *rounds, time.Since(start).Seconds())
+	fmt.Printf("%6s %8s %8s %10s %10s %10s %9s %9s %9s %8s\n", "M", "experts", "MB", "median ms", "min ms", "max ms", "GB/s", "TFLOP/s", "floor ms", "x floor")
+	for j := range rows {
+		r := &rows[j]
+		sorted := append([]float64(nil), r.SamplesMS...)
+		sort.Float64s(sorted)
+		r.MedianMS, r.MinMS, r.MaxMS = sorted[len(sorted)/2], sorted[0], sorted[len(sorted)-1]
+		if len(sorted)%2 == 0 {
+			r.MedianMS = (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
+		}
+		sec := r.MedianMS / 1e3
+		r.GBps = float64(r.Bytes) / sec / 1e9
+		r.TFLOPs = r.FLOPs / sec / 1e12
+		memMS, fpMS := float64(r.Bytes)/bw*1e3, r.FLOPs/(*peak*1e12)*1e3
+		r.FloorMS, r.FloorBound = memMS, "memory"
+		if fpMS > memMS {
+			r.FloorMS, r.FloorBound = fpMS, "compute"
+		}
+		r.RatioToFloor = r.MedianMS / r.FloorMS
+		fmt.Printf("%6d %8d %8.1f %10.4f %10.4f %10.4f %9.0f %9.1f %9.4f %8.2f\n",
+			r.M, r.Experts, float64(r.Bytes)/1e6, r.MedianMS, r.MinMS, r.MaxMS, r.GBps, r.TFLOPs, r.FloorMS, r.RatioToFloor)
+	}
+	if *jsonPath != "" {
+		doc := map[string]any{"backend": b.Name(), "device": b.Capabilities().Device, "date": time.Now().UTC().Format(time.RFC3339),
+			"copy_bandwidth_Bps": bw, "fp8_peak_TFLOPs": *peak, "graph": *graph, "chain": chain.String(), "rounds": *rounds, "rows": rows}
+		data, err := json.MarshalIndent(doc, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*jsonPath, append(data, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
