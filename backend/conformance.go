@@ -49,7 +49,7 @@ func RunConformance(t *testing.T, b Backend) {
 }
 
 func checkBadInput(t *testing.T, b Backend) {
-	s := moe.CaseSpec{Name: "bad", M: 2, K: 64, N: 32, ELocal: 4, TopK: 2, Activation: activation.Situ,
+	s := moe.CaseSpec{Name: "bad", M: 2, K: 128, N: 128, ELocal: 4, TopK: 2, Activation: activation.Situ,
 		Chain: b.Capabilities().Chains[0], Recipe: mxfp.RecipeRCeil, Seed: 1, WeightSeed: 1}
 	c, err := moe.GenerateCase(&s, nil)
 	if err != nil {
@@ -60,7 +60,7 @@ func checkBadInput(t *testing.T, b Backend) {
 		t.Fatal(err)
 	}
 	defer layer.Close()
-	out := make([]float32, 2*64)
+	out := make([]float32, 2*128)
 	try := func(what string, mutate func(in *moe.Input)) {
 		in := c.Input
 		in.TopKIDs = slices.Clone(in.TopKIDs)

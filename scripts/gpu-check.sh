@@ -16,14 +16,20 @@ if [ "${1:-build}" = build ]; then
   ls -la .gpu
   exit 0
 fi
-# run (on the GPU machine)
+# run (on the GPU machine). At most 8 files come back from $OUT: one log,
+# the test log, and the JSON results.
 : "${OUT:=/tmp/kimimoe-out}"
 mkdir -p "$OUT"
 export KIMIMOE_CACHE=/tmp/kimimoe-cubin
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/gpu.txt"
-(cd backend/cuda && ../../.gpu/cuda.test -test.v -test.timeout 300s 2>&1) | tee "$OUT/cuda_test.log" | grep -E "^(=== RUN|--- |    |ok|FAIL|PASS)" | grep -v "=== RUN" | tail -40
+log="$OUT/run.log"
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
+} 2>&1 | tee "$log"
+(cd backend/cuda && ../../.gpu/cuda.test -test.v -test.timeout 300s 2>&1) > "$OUT/cuda_test.log"
+grep -E "^(--- |ok|FAIL|PASS)|cubin|Error|error" "$OUT/cuda_test.log" | head -60 | tee -a "$log"
 for chain in mxfp8 flashinfer; do
-  .gpu/kimimoe validate --backend cuda --suite all --require-situ --chain "$chain" --json "$OUT/validate_situ_$chain.json" 2>&1 | tee "$OUT/validate_situ_$chain.log"
+  .gpu/kimimoe validate --backend cuda --suite all --require-situ --chain "$chain" --json "$OUT/validate_situ_$chain.json" 2>&1 | tee -a "$log"
 done
-.gpu/kimimoe validate --backend cuda --suite smoke --activation swiglu_oai --recipe floor --json "$OUT/validate_oai_floor.json" 2>&1 | tail -3
-.gpu/kimimoe bench --backend cuda --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+.gpu/kimimoe validate --backend cuda --suite smoke --activation swiglu_oai --recipe floor --json "$OUT/validate_oai_floor.json" 2>&1 | tee -a "$log"
+.gpu/kimimoe bench --backend cuda --profile --json "$OUT/bench.json" 2>&1 | tee -a "$log"

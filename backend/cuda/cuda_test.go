@@ -35,7 +35,7 @@ func TestConformance(t *testing.T) {
 func TestUnsupportedAtPrepare(t *testing.T) {
 	b := openOrSkip(t)
 	defer b.Close()
-	s := moe.CaseSpec{Name: "u", M: 1, K: 64, N: 32, ELocal: 2, TopK: 1, Activation: activation.Relu2,
+	s := moe.CaseSpec{Name: "u", M: 1, K: 128, N: 128, ELocal: 2, TopK: 1, Activation: activation.Relu2,
 		Chain: moe.ChainMXFP8, Recipe: mxfp.RecipeRCeil, Seed: 1, WeightSeed: 1}
 	c, err := moe.GenerateCase(&s, nil)
 	if err != nil {
@@ -48,6 +48,11 @@ func TestUnsupportedAtPrepare(t *testing.T) {
 	c, _ = moe.GenerateCase(&s, nil)
 	if _, err := b.Prepare(c.Weights, c.Spec); !errors.Is(err, backend.ErrUnsupported) {
 		t.Errorf("exact chain: %v, want ErrUnsupported", err)
+	}
+	s.Chain, s.K = moe.ChainMXFP8, 96 // K not a multiple of the 128-element stage
+	c, _ = moe.GenerateCase(&s, nil)
+	if _, err := b.Prepare(c.Weights, c.Spec); !errors.Is(err, backend.ErrUnsupported) {
+		t.Errorf("K=96: %v, want ErrUnsupported", err)
 	}
 }
 

@@ -25,8 +25,12 @@ const (
 	attrCCMinor = 76
 )
 
-// tileTokens is TT in kernels/moe.cu: tokens per GEMM CTA tile.
-const tileTokens = 32
+// tileTokens is TT in kernels/moe.cu: tokens per GEMM CTA tile; chunkK is
+// KC, the k elements staged per step (K and N must be multiples of it).
+const (
+	tileTokens = 128
+	chunkK     = 128
+)
 
 // Backend drives one GPU: its primary context, one stream, the compiled
 // module.
@@ -232,8 +236,9 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 	if err := spec.Validate(w); err != nil {
 		return nil, err
 	}
-	if w.K%64 != 0 {
-		return nil, fmt.Errorf("%w: backend \"cuda\" needs K a multiple of 64, have %d; use the %q backend", backend.ErrUnsupported, w.K, backend.GoName)
+	if w.K%chunkK != 0 || w.N%chunkK != 0 {
+		return nil, fmt.Errorf("%w: backend \"cuda\" needs K and N multiples of %d, have K=%d N=%d; use the %q backend",
+			backend.ErrUnsupported, chunkK, w.K, w.N, backend.GoName)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -397,8 +402,15 @@ func (l *Layer) upload(in *moe.Input) (*workspace, error) {
 func ptr(p devptr) uint64 { return uint64(p) }
 func arg(v int) uint64    { return uint64(uint32(int32(v))) }
 
+// stepNames names enqueue's steps, for Profile.
+var stepNames = []string{"memset", "quantize_x", "route_count", "route_scatter", "gemm1_act", "gemm2", "finalize"}
+
 // enqueue issues the whole forward for ws on the stream.
-func (l *Layer) enqueue(ws *workspace) error {
+func (l *Layer) enqueue(ws *workspace) error { return l.enqueueProfiled(ws, nil) }
+
+// enqueueProfiled is enqueue; with events (len(stepNames)+1 of them) it
+// records one before the first step and one after each.
+func (l *Layer) enqueueProfiled(ws *workspace, events []cuEvent) error {
 	w, b, s := l.w, l.b, l.b.stream
 	m, topk, entries := ws.m, ws.topk, ws.m*ws.topk
 	if m == 0 {
@@ -433,13 +445,13 @@ func (l *Layer) enqueue(ws *workspace) error {
 					ptr(ws.perm), ptr(ws.pos), ptr(ws.offset), ptr(ws.tileBase)})
 		},
 		func() error {
-			return cuLaunch(b.fn["kmoe_gemm1_act"], [3]int{w.N / 32, maxTiles, 1}, 128, 0, s,
+			return cuLaunch(b.fn["kmoe_gemm1_act"], [3]int{w.N / 64, maxTiles, 1}, 256, 0, s,
 				[]uint64{ptr(ws.xq), ptr(ws.xs), arg(w.K), arg(topk), ptr(l.w31), ptr(l.w31s), arg(w.N), arg(w.E),
 					ptr(ws.perm), ptr(ws.offset), ptr(ws.tileBase), arg(int(l.spec.Activation)), ptr(l.params),
 					arg(len(l.spec.Params)), arg(chainFI), arg(recipe), ptr(ws.aq), ptr(ws.aqs)})
 		},
 		func() error {
-			return cuLaunch(b.fn["kmoe_gemm2"], [3]int{w.K / 64, maxTiles, 1}, 128, 0, s,
+			return cuLaunch(b.fn["kmoe_gemm2"], [3]int{w.K / 128, maxTiles, 1}, 256, 0, s,
 				[]uint64{ptr(ws.aq), ptr(ws.aqs), arg(w.N), ptr(l.w2), ptr(l.w2s), arg(w.K), arg(w.E),
 					ptr(ws.offset), ptr(ws.tileBase), ptr(ws.y)})
 		},
@@ -448,12 +460,59 @@ func (l *Layer) enqueue(ws *workspace) error {
 				[]uint64{ptr(ws.y), ptr(ws.pos), ptr(ws.wts), arg(topk), arg(w.K), ptr(ws.out)})
 		},
 	}
-	for _, step := range steps {
-		if err := step(); err != nil {
+	if events != nil {
+		if err := cuEventRecord(events[0], s); err != nil {
 			return err
 		}
 	}
+	for k, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+		if events != nil {
+			if err := cuEventRecord(events[k+1], s); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+// Profile runs the uploaded m-token forward eagerly with an event between
+// kernels and returns each step's device time in milliseconds, by name.
+func (l *Layer) Profile(m int) (map[string]float64, error) {
+	b := l.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	leave, err := b.enter()
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
+	ws := l.ws[m]
+	if ws == nil {
+		return nil, fmt.Errorf("cuda: Profile(%d): no uploaded input of %d tokens", m, m)
+	}
+	events := make([]cuEvent, len(stepNames)+1)
+	for k := range events {
+		if events[k], err = cuEventCreate(); err != nil {
+			return nil, err
+		}
+		defer cuEventDestroy(events[k])
+	}
+	if err := l.enqueueProfiled(ws, events); err != nil {
+		return nil, err
+	}
+	if err := cuEventSync(events[len(events)-1]); err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for k, name := range stepNames {
+		if out[name], err = cuEventElapsed(events[k], events[k+1]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // download copies the requested rows of the output into dst.

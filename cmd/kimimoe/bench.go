@@ -44,6 +44,7 @@ func runBench(args []string) error {
 	peak := fs.Float64("fp8-peak", 1385, "FP8 matrix peak in TFLOP/s for the floor (DESIGN.md: torch._scaled_mm on the H200)")
 	copyMB := fs.Int("copy-mb", 2048, "size of the copy used to measure bandwidth, MiB")
 	jsonPath := fs.String("json", "", "also write the results as JSON")
+	profile := fs.Bool("profile", false, "also print one eager forward's time per kernel, per M")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -170,6 +171,27 @@ func runBench(args []string) error {
 		r.RatioToFloor = r.MedianMS / r.FloorMS
 		fmt.Printf("%6d %8d %8.1f %10.4f %10.4f %10.4f %9.0f %9.1f %9.4f %8.2f\n",
 			r.M, r.Experts, float64(r.Bytes)/1e6, r.MedianMS, r.MinMS, r.MaxMS, r.GBps, r.TFLOPs, r.FloorMS, r.RatioToFloor)
+	}
+	if prof, ok := layer.(interface {
+		Profile(m int) (map[string]float64, error)
+	}); ok && *profile {
+		fmt.Println("per-kernel device time of one eager forward, ms:")
+		for _, m := range ms {
+			steps, err := prof.Profile(m)
+			if err != nil {
+				return err
+			}
+			var names []string
+			for n := range steps {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			fmt.Printf("  M=%-5d", m)
+			for _, n := range names {
+				fmt.Printf(" %s %.4f", n, steps[n])
+			}
+			fmt.Println()
+		}
 	}
 	if *jsonPath != "" {
 		doc := map[string]any{"backend": b.Name(), "device": b.Capabilities().Device, "date": time.Now().UTC().Format(time.RFC3339),

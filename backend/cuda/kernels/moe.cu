@@ -25,10 +25,12 @@ __device__ __forceinline__ u32 umax(u32 a, u32 b) { return a > b ? a : b; }
 // ------------------------------------------------------------ formats --
 
 // E8M0 byte -> float 2^(s-127); 0x00 is the subnormal 2^-127; 0xFF NaN.
+// Selects, not branches: it runs once per MMA operand column.
 __device__ __forceinline__ float e8m0_to_float(u32 s) {
-    if (s == 0xFFu) return __uint_as_float(0x7FC00000u);
-    if (s == 0u) return __uint_as_float(0x00400000u);
-    return __uint_as_float(s << 23);
+    u32 bits = s << 23;
+    bits = s == 0u ? 0x00400000u : bits;
+    bits = s == 0xFFu ? 0x7FC00000u : bits;
+    return __uint_as_float(bits);
 }
 
 // 2^(127-s) as float for s in [0, 254]: the inverse scale (2^-127 for 0xFE
@@ -114,33 +116,34 @@ __device__ __forceinline__ u32 widen4(u32 two) {
 // ------------------------------------------------------ the block MMA --
 
 // One 32-deep block of D[16x8] += (A * 2^sa_row) (B * 2^sb_col), A = 16
-// weight rows, B = 8 token columns. sa0/sa1: scale bytes of rows g and g+8;
-// sb0/sb1: scale bytes of columns 2t and 2t+1 (sm_90 body); for the native
-// body the lane conventions of the block_scale operands are used instead.
-__device__ __forceinline__ void mx_mma(float acc[4], const u32 a[4], const u32 b[2],
-                                       u32 sa0, u32 sa1, u32 sb0, u32 sb1, u32 sa_lane, u32 sb_lane) {
+// weight rows, B = 8 token columns. rs0/rs1: the scales of rows g and g+8
+// as floats; cs0/cs1: of columns 2t and 2t+1 (sm_90 body). sa_lane/sb_lane:
+// the scale bytes in the native body's lane convention.
+//
+// sm_90 promotion: (d * rs) * cs is exact (power-of-two scalings of a
+// float32 MMA result, unless it falls below float32's normal range), so the
+// fused multiply-add rounds once, as a multiply and an add would. The asm is not volatile: it has no side
+// effects, and the compiler may overlap MMAs with earlier promotions.
+__device__ __forceinline__ void mx_mma(float acc[4], const u32 a[4], const u32 b[2], float rs0, float rs1,
+                                       float cs0, float cs1, u32 sa_lane, u32 sb_lane) {
 #if defined(KMOE_NATIVE_MX)
     // Native: lane 4r supplies row r's scale, lane 4r+1 row r+8's
     // (thread-id-a 0); lane 4n supplies column n's (thread-id-b 0).
-    asm volatile(
-        "mma.sync.aligned.kind::mxf8f6f4.block_scale.scale_vec::1X.m16n8k32.row.col.f32.e4m3.e4m3.f32.ue8m0 "
+    asm("mma.sync.aligned.kind::mxf8f6f4.block_scale.scale_vec::1X.m16n8k32.row.col.f32.e4m3.e4m3.f32.ue8m0 "
         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3}, {%10}, {%11,%12}, {%13}, {%14,%15};\n"
         : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]),
           "r"(sa_lane), "h"((u16)0), "h"((u16)0), "r"(sb_lane), "h"((u16)0), "h"((u16)0));
 #else
     float d0, d1, d2, d3;
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
         : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.0f));
-    float r0 = e8m0_to_float(sa0), r1 = e8m0_to_float(sa1);
-    float c0 = e8m0_to_float(sb0), c1 = e8m0_to_float(sb1);
-    acc[0] += (d0 * r0) * c0;
-    acc[1] += (d1 * r0) * c1;
-    acc[2] += (d2 * r1) * c0;
-    acc[3] += (d3 * r1) * c1;
+    acc[0] = __fmaf_rn(__fmul_rn(d0, rs0), cs0, acc[0]);
+    acc[1] = __fmaf_rn(__fmul_rn(d1, rs0), cs1, acc[1]);
+    acc[2] = __fmaf_rn(__fmul_rn(d2, rs1), cs0, acc[2]);
+    acc[3] = __fmaf_rn(__fmul_rn(d3, rs1), cs1, acc[3]);
 #endif
 }
 
@@ -152,19 +155,25 @@ __device__ __forceinline__ void mx_mma(float acc[4], const u32 a[4], const u32 b
 // activation.Eval32.
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+// fminf/fmaxf return the other operand for a NaN; the oracle (Go's
+// math.Min/Max, like torch.clamp) propagates NaN, so these do too. The
+// limits are never NaN.
+__device__ __forceinline__ float pmin(float a, float b) { return a != a ? a : fminf(a, b); }
+__device__ __forceinline__ float pmax(float a, float b) { return a != a ? a : fmaxf(a, b); }
+
 __device__ float gated_act(int kind, const float* p, float g, float u) {
     switch (kind) {
     case 3: return g * sigmoidf_(g) * u;
     case 4: return g / 2.0f * erfcf(-g / 1.41421356237309515f) * u;
     case 5: {
         float lim = p[4];
-        g = fminf(g, lim);
-        float uu = fminf(fmaxf(u, -lim), lim);
+        g = pmin(g, lim);
+        float uu = pmin(pmax(u, -lim), lim);
         return g * sigmoidf_(p[2] * g) * (uu + p[3]);
     }
     case 7: {
         float lim = p[4];
-        return fminf(g * sigmoidf_(g), lim) * fminf(fmaxf(u, -lim), lim);
+        return pmin(g * sigmoidf_(g), lim) * pmin(pmax(u, -lim), lim);
     }
     case 8: return g * sigmoidf_(2.0f * 0.797884560802865355f * (g + 0.044715f * g * g * g)) * u;
     case 10: {
@@ -277,175 +286,239 @@ __device__ __forceinline__ int tile_expert(const int* tile_base, int elocal, int
     return lo;
 }
 
-// ------------------------------------------------- GEMM1 + activation --
+// ------------------------------------------------------ grouped GEMMs --
+//
+// Both GEMMs use one CTA shape: 8 warps, 128 weight rows (16 per warp, the
+// MMA's M side) x TT = 128 tokens of one expert (the N side, 16 subtiles of
+// 8). The token operand (E4M3 codes, gathered by the permutation) is staged
+// in shared memory with cp.async, KC = 128 elements (4 scale blocks) per
+// stage, two stages; each warp loads its own weight rows straight from
+// global memory, one 32-bit load (8 FP4 codes) per row per block.
+//
+// Within each 32-block the k order is permuted identically for both
+// operands (any bijection leaves the dot product unchanged): thread t of a
+// quad takes physical k [8t, 8t+8) for logical k [4t, 4t+4) and
+// [16+4t, 16+4t+4), so its A registers come from one 32-bit load of packed
+// FP4 and its B registers from one 64-bit load of E4M3 codes.
 
-#define TT 32 // tokens per CTA tile
+#define TT 128      // tokens per CTA tile
+#define KC 128      // k elements per shared-memory stage
+#define SROW (KC + 16) // padded bytes per staged token row
 
-// CTA: 4 warps; features [f0, f0+32) of up (warps 0, 1) and gate (warps 2,
-// 3); TT tokens of one expert. Writes the activated, MXFP8-requantized
-// intermediate aq[row, f0..f0+32) and its scale aqs[row, f0/32].
-extern "C" __global__ void __launch_bounds__(128) kmoe_gemm1_act(
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    return (u32)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;\n" ::); }
+__device__ __forceinline__ void cp_async_wait0() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+// Which expert and rows tile j of the grouped GEMM covers.
+struct Tile {
+    int expert, row0, count;
+};
+
+__device__ __forceinline__ bool find_tile(const int* offset, const int* tile_base, int elocal, int j, Tile* t) {
+    if (j >= tile_base[elocal]) return false;
+    int e = tile_expert(tile_base, elocal, j);
+    t->expert = e;
+    t->row0 = offset[e] + (j - tile_base[e]) * TT;
+    t->count = imin(TT, offset[e + 1] - t->row0);
+    return true;
+}
+
+// Stage k-chunk c of the tile's tokens: codes [TT][KC] and scales [TT][4].
+// src_row[i] is the operand row of token i (or -1).
+__device__ __forceinline__ void stage_tokens(u8 (*sb)[SROW], u8 (*ss)[4], const u8* codes, const u8* scales,
+                                             int ldk, const int* src_row, int c) {
+    // TT * KC / 16 = 1024 16-byte pieces over 256 threads.
+    for (int piece = threadIdx.x; piece < TT * KC / 16; piece += blockDim.x) {
+        int tok = piece / (KC / 16), off = (piece % (KC / 16)) * 16;
+        int r = src_row[tok];
+        const u8* src = codes + (u64)(r < 0 ? 0 : r) * ldk + c * KC + off;
+        cp_async16(&sb[tok][off], src, r >= 0);
+    }
+    if (threadIdx.x < TT) {
+        int r = src_row[threadIdx.x];
+        const u8* src = scales + (u64)(r < 0 ? 0 : r) * (ldk / 32) + c * (KC / 32);
+        cp_async4(&ss[threadIdx.x][0], src, r >= 0);
+    }
+}
+
+#define GEMM_BODY(ROW_A0, ROW_A1, SCALE_A0, SCALE_A1, LDK, CODES, SCALES)                                   \
+    int nchunk = (LDK) / KC;                                                                                 \
+    stage_tokens(sb[0], ss[0], CODES, SCALES, LDK, s_src, 0);                                                \
+    cp_async_commit();                                                                                       \
+    for (int c = 0; c < nchunk; c++) {                                                                       \
+        if (c + 1 < nchunk) stage_tokens(sb[(c + 1) & 1], ss[(c + 1) & 1], CODES, SCALES, LDK, s_src, c + 1); \
+        cp_async_commit();                                                                                   \
+        u32 wa0[4], wa1[4], ws0[4], ws1[4];                                                                  \
+        _Pragma("unroll") for (int q = 0; q < 4; q++) {                                                      \
+            int kb = c * 4 + q;                                                                              \
+            wa0[q] = *(const u32*)((ROW_A0) + kb * 16 + 4 * t);                                              \
+            wa1[q] = *(const u32*)((ROW_A1) + kb * 16 + 4 * t);                                              \
+            ws0[q] = (SCALE_A0)[kb];                                                                         \
+            ws1[q] = (SCALE_A1)[kb];                                                                         \
+        }                                                                                                    \
+        cp_async_wait1();                                                                                    \
+        __syncthreads();                                                                                     \
+        u8(*cb)[SROW] = sb[c & 1];                                                                           \
+        u8(*cs)[4] = ss[c & 1];                                                                              \
+        _Pragma("unroll") for (int q = 0; q < 4; q++) {                                                      \
+            u32 a[4] = {widen4(wa0[q] & 0xFFFFu), widen4(wa1[q] & 0xFFFFu), widen4(wa0[q] >> 16),          \
+                        widen4(wa1[q] >> 16)};                                                               \
+            u32 sa_lane = (t & 1) ? ws1[q] : ws0[q];                                                         \
+            float rs0 = e8m0_to_float(ws0[q]), rs1 = e8m0_to_float(ws1[q]);                                  \
+            _Pragma("unroll") for (int s = 0; s < TT / 8; s++) {                                             \
+                if (s >= nsub) break;                                                                        \
+                u64 bv = *(const u64*)&cb[s * 8 + g][q * 32 + 8 * t];                                        \
+                u32 b[2] = {(u32)bv, (u32)(bv >> 32)};                                                       \
+                float cs0 = e8m0_to_float(cs[s * 8 + 2 * t][q]), cs1 = e8m0_to_float(cs[s * 8 + 2 * t + 1][q]); \
+                u32 sb_lane = cs[s * 8 + g][q];                                                              \
+                mx_mma(acc[s], a, b, rs0, rs1, cs0, cs1, sa_lane, sb_lane);                                  \
+            }                                                                                                \
+        }                                                                                                    \
+        __syncthreads();                                                                                     \
+    }                                                                                                        \
+    cp_async_wait0();
+
+// GEMM1 with the activation and MXFP8 requantization fused. Warp w owns
+// intermediate features fw = f0 + 8w .. fw+7: its MMA rows g are up rows
+// fw+g and rows g+8 the gate rows N+fw+g, so each thread holds matching up
+// and gate values for its tokens. Warps 0-3 and 4-7 form the two 32-feature
+// MXFP8 blocks of the CTA's 64 features. grid.x = N/64.
+extern "C" __global__ void __launch_bounds__(256) kmoe_gemm1_act(
     const u8* __restrict__ xq, const u8* __restrict__ xs, int K, int topk,
     const u8* __restrict__ w31, const u8* __restrict__ w31s, int N, int elocal,
     const int* __restrict__ perm, const int* __restrict__ offset, const int* __restrict__ tile_base,
     int kind, const float* __restrict__ params, int nparams, int chain_fi, int recipe,
     u8* __restrict__ aq, u8* __restrict__ aqs) {
-    __shared__ int s_tok[TT];
-    __shared__ int s_row0, s_count, s_expert;
-    __shared__ float sh[64][TT + 1];
-    int j = blockIdx.y;
-    if (threadIdx.x == 0) {
-        s_expert = -1;
-        if (j < tile_base[elocal]) {
-            int e = tile_expert(tile_base, elocal, j);
-            int start = offset[e] + (j - tile_base[e]) * TT;
-            s_expert = e;
-            s_row0 = start;
-            s_count = imin(TT, offset[e + 1] - start);
-        }
-    }
+    __shared__ __align__(16) u8 sb[2][TT][SROW];
+    __shared__ __align__(16) u8 ss[2][TT][4];
+    __shared__ int s_src[TT];
+    __shared__ u32 s_amax[8][TT];
+    __shared__ Tile s_tile;
+    __shared__ int s_ok;
+    if (threadIdx.x == 0) s_ok = find_tile(offset, tile_base, elocal, blockIdx.y, &s_tile);
     __syncthreads();
-    if (s_expert < 0) return;
-    int e = s_expert, count = s_count, row0 = s_row0;
-    if (threadIdx.x < TT) s_tok[threadIdx.x] = threadIdx.x < count ? perm[row0 + threadIdx.x] / topk : -1;
+    if (!s_ok) return;
+    Tile tl = s_tile;
+    if (threadIdx.x < TT) s_src[threadIdx.x] = threadIdx.x < tl.count ? perm[tl.row0 + threadIdx.x] / topk : -1;
     __syncthreads();
-
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int g = lane >> 2, t = lane & 3;
-    int f0 = blockIdx.x * 32;
-    // this warp's 16 W31 rows: up rows f0 + 16*(warp&1), gate rows N + ...
-    int wrow = (warp < 2 ? 0 : N) + f0 + 16 * (warp & 1);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int fw = blockIdx.x * 64 + warp * 8;
     u64 rows_e = (u64)2 * N;
-    const u8* W = w31 + ((u64)e * rows_e + wrow) * (K / 2);
-    const u8* WS = w31s + ((u64)e * rows_e + wrow) * (K / 32);
-    int nb = K / 32;
-    float acc[4][4];
-    for (int s = 0; s < 4; s++) for (int i = 0; i < 4; i++) acc[s][i] = 0.0f;
-    int tokA[4]; // token of column g of each 8-token subtile (B fragment)
-    for (int s = 0; s < 4; s++) tokA[s] = s_tok[s * 8 + g];
-    int nsub = (count + 7) / 8; // subtiles holding tokens (warp-uniform)
-    for (int kb = 0; kb < nb; kb++) {
-        u32 a[4];
-        const u8* w0 = W + (u64)g * (K / 2) + kb * 16;
-        const u8* w1 = W + (u64)(g + 8) * (K / 2) + kb * 16;
-        a[0] = widen4(*(const u16*)(w0 + 2 * t));
-        a[1] = widen4(*(const u16*)(w1 + 2 * t));
-        a[2] = widen4(*(const u16*)(w0 + 8 + 2 * t));
-        a[3] = widen4(*(const u16*)(w1 + 8 + 2 * t));
-        u32 sa0 = WS[(u64)g * nb + kb], sa1 = WS[(u64)(g + 8) * nb + kb];
-        u32 sa_lane = (t & 1) ? sa1 : sa0;
+    u64 up_row = (u64)tl.expert * rows_e + fw + g, gate_row = up_row + N;
+    const u8* rowA0 = w31 + up_row * (K / 2);
+    const u8* rowA1 = w31 + gate_row * (K / 2);
+    const u8* sA0 = w31s + up_row * (K / 32);
+    const u8* sA1 = w31s + gate_row * (K / 32);
+    int nsub = (tl.count + 7) / 8;
+    float acc[TT / 8][4];
+    for (int s = 0; s < TT / 8; s++) for (int i = 0; i < 4; i++) acc[s][i] = 0.0f;
+    GEMM_BODY(rowA0, rowA1, sA0, sA1, K, xq, xs)
+
+    // Activation in registers: acc[s][0,1] = up(fw+g; tokens 8s+2t, +1),
+    // acc[s][2,3] = gate of the same.
+    const float* p = params + (nparams == 1 ? 0 : tl.expert) * 5;
+    int rcp = chain_fi ? 1 : recipe;
+    float v[TT / 8][2];
 #pragma unroll
-        for (int s = 0; s < 4; s++) {
-            if (s >= nsub) break;
-            u32 b[2] = {0u, 0u};
-            int tk = tokA[s];
-            if (tk >= 0) {
-                const u8* xr = xq + (u64)tk * K + kb * 32;
-                b[0] = *(const u32*)(xr + 4 * t);
-                b[1] = *(const u32*)(xr + 16 + 4 * t);
+    for (int s = 0; s < TT / 8; s++) {
+        if (s >= nsub) break;
+        for (int h = 0; h < 2; h++) {
+            float up = acc[s][h], gate = acc[s][2 + h];
+            if (chain_fi) {
+                up = round_bf16(up);
+                gate = round_bf16(gate);
             }
-            int c0 = s_tok[s * 8 + 2 * t], c1 = s_tok[s * 8 + 2 * t + 1];
-            u32 sb0 = c0 >= 0 ? xs[(u64)c0 * nb + kb] : 127u;
-            u32 sb1 = c1 >= 0 ? xs[(u64)c1 * nb + kb] : 127u;
-            u32 sb_lane = tk >= 0 ? xs[(u64)tk * nb + kb] : 127u;
-            mx_mma(acc[s], a, b, sa0, sa1, sb0, sb1, sa_lane, sb_lane);
+            float a = gated_act(kind, p, gate, up);
+            if (chain_fi) a = round_bf16(a);
+            v[s][h] = a;
+            // amax over this warp's 8 features (lanes with equal t), NaN as all-ones.
+            u32 bits = __float_as_uint(a) & 0x7FFFFFFFu;
+            u32 m = bits > 0x7F800000u ? 0xFFFFFFFFu : bits;
+            for (int o = 4; o < 32; o <<= 1) m = umax(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+            if (g == 0) s_amax[warp][s * 8 + 2 * t + h] = m;
         }
-    }
-    // Accumulators to shared: sh[feature (0..63)][token]
-    int fb = 16 * warp; // 0..15 up lo, 16..31 up hi, 32..47 gate lo, 48..63 gate hi
-    for (int s = 0; s < 4; s++) {
-        sh[fb + g][s * 8 + 2 * t] = acc[s][0];
-        sh[fb + g][s * 8 + 2 * t + 1] = acc[s][1];
-        sh[fb + g + 8][s * 8 + 2 * t] = acc[s][2];
-        sh[fb + g + 8][s * 8 + 2 * t + 1] = acc[s][3];
     }
     __syncthreads();
-    const float* p = params + (nparams == 1 ? 0 : e) * 5;
-    int rcp = chain_fi ? 1 : recipe;
-    for (int tok = warp; tok < count; tok += 4) {
-        float up = sh[lane][tok], gate = sh[32 + lane][tok];
-        if (chain_fi) {
-            up = round_bf16(up);
-            gate = round_bf16(gate);
+    int blk = warp >> 2; // which 32-feature block
+#pragma unroll
+    for (int s = 0; s < TT / 8; s++) {
+        if (s >= nsub) break;
+        for (int h = 0; h < 2; h++) {
+            int tok = s * 8 + 2 * t + h;
+            if (tok >= tl.count) continue;
+            u32 amax = 0;
+            bool anynan = false;
+            for (int w = blk * 4; w < blk * 4 + 4; w++) {
+                u32 m = s_amax[w][tok];
+                if (m == 0xFFFFFFFFu) anynan = true;
+                else amax = umax(amax, m);
+            }
+            u32 sc = block_scale_e4m3(amax, anynan, rcp);
+            u32 code;
+            if (sc == 0xFFu) code = 0x7Fu;
+            else {
+                float scaled = __fmul_rn(v[s][h], e8m0_inverse(sc));
+                u32 su = __float_as_uint(scaled), sa = su & 0x7FFFFFFFu;
+                code = sa > 0x7F800000u ? 0x7Eu : (e4m3_abs(sa) | ((su >> 24) & 0x80u));
+            }
+            u64 row = (u64)(tl.row0 + tok);
+            aq[row * N + fw + g] = (u8)code;
+            if ((warp & 3) == 0 && g == 0) aqs[row * (N / 32) + (fw >> 5)] = (u8)sc;
         }
-        float v = gated_act(kind, p, gate, up);
-        if (chain_fi) v = round_bf16(v);
-        u32 sc;
-        u32 c = warp_quantize_e4m3(v, rcp, &sc);
-        u64 row = (u64)(row0 + tok);
-        aq[row * N + f0 + lane] = (u8)c;
-        if (lane == 0) aqs[row * (N / 32) + blockIdx.x] = (u8)sc;
     }
 }
 
-// --------------------------------------------------------------- GEMM2 --
-
-// CTA: 4 warps x 16 output features (64), TT tokens of one expert.
-// y[row, f] = sum_n W2[e][f][n] * aq[row][n], float32.
-extern "C" __global__ void __launch_bounds__(128) kmoe_gemm2(
+// GEMM2: y[row, f] = sum_n W2[e][f][n] * aq[row][n] in float32. Warp w owns
+// output features f0 + 16w .. +15 (rows g and g+8). grid.x = K/128.
+extern "C" __global__ void __launch_bounds__(256) kmoe_gemm2(
     const u8* __restrict__ aq, const u8* __restrict__ aqs, int N,
     const u8* __restrict__ w2, const u8* __restrict__ w2s, int K, int elocal,
     const int* __restrict__ offset, const int* __restrict__ tile_base, float* __restrict__ y) {
-    __shared__ int s_row0, s_count, s_expert;
-    int j = blockIdx.y;
-    if (threadIdx.x == 0) {
-        s_expert = -1;
-        if (j < tile_base[elocal]) {
-            int e = tile_expert(tile_base, elocal, j);
-            int start = offset[e] + (j - tile_base[e]) * TT;
-            s_expert = e;
-            s_row0 = start;
-            s_count = imin(TT, offset[e + 1] - start);
-        }
-    }
+    __shared__ __align__(16) u8 sb[2][TT][SROW];
+    __shared__ __align__(16) u8 ss[2][TT][4];
+    __shared__ int s_src[TT];
+    __shared__ Tile s_tile;
+    __shared__ int s_ok;
+    if (threadIdx.x == 0) s_ok = find_tile(offset, tile_base, elocal, blockIdx.y, &s_tile);
     __syncthreads();
-    if (s_expert < 0) return;
-    int e = s_expert, count = s_count, row0 = s_row0;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int g = lane >> 2, t = lane & 3;
-    int frow = blockIdx.x * 64 + warp * 16;
-    const u8* W = w2 + ((u64)e * K + frow) * (N / 2);
-    const u8* WS = w2s + ((u64)e * K + frow) * (N / 32);
-    int nb = N / 32;
-    int nsub = (count + 7) / 8;
-    float acc[4][4];
-    for (int s = 0; s < 4; s++) for (int i = 0; i < 4; i++) acc[s][i] = 0.0f;
-    for (int kb = 0; kb < nb; kb++) {
-        u32 a[4];
-        const u8* w0 = W + (u64)g * (N / 2) + kb * 16;
-        const u8* w1 = W + (u64)(g + 8) * (N / 2) + kb * 16;
-        a[0] = widen4(*(const u16*)(w0 + 2 * t));
-        a[1] = widen4(*(const u16*)(w1 + 2 * t));
-        a[2] = widen4(*(const u16*)(w0 + 8 + 2 * t));
-        a[3] = widen4(*(const u16*)(w1 + 8 + 2 * t));
-        u32 sa0 = WS[(u64)g * nb + kb], sa1 = WS[(u64)(g + 8) * nb + kb];
-        u32 sa_lane = (t & 1) ? sa1 : sa0;
+    if (!s_ok) return;
+    Tile tl = s_tile;
+    if (threadIdx.x < TT) s_src[threadIdx.x] = threadIdx.x < tl.count ? tl.row0 + threadIdx.x : -1;
+    __syncthreads();
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int f = blockIdx.x * 128 + warp * 16;
+    u64 r0 = (u64)tl.expert * K + f + g, r1 = r0 + 8;
+    const u8* rowA0 = w2 + r0 * (N / 2);
+    const u8* rowA1 = w2 + r1 * (N / 2);
+    const u8* sA0 = w2s + r0 * (N / 32);
+    const u8* sA1 = w2s + r1 * (N / 32);
+    int nsub = (tl.count + 7) / 8;
+    float acc[TT / 8][4];
+    for (int s = 0; s < TT / 8; s++) for (int i = 0; i < 4; i++) acc[s][i] = 0.0f;
+    GEMM_BODY(rowA0, rowA1, sA0, sA1, N, aq, aqs)
 #pragma unroll
-        for (int s = 0; s < 4; s++) {
-            if (s >= nsub) break;
-            int cg = s * 8 + g;
-            u32 b[2] = {0u, 0u};
-            if (cg < count) {
-                const u8* ar = aq + (u64)(row0 + cg) * N + kb * 32;
-                b[0] = *(const u32*)(ar + 4 * t);
-                b[1] = *(const u32*)(ar + 16 + 4 * t);
-            }
-            int c0 = s * 8 + 2 * t, c1 = c0 + 1;
-            u32 sb0 = c0 < count ? aqs[(u64)(row0 + c0) * nb + kb] : 127u;
-            u32 sb1 = c1 < count ? aqs[(u64)(row0 + c1) * nb + kb] : 127u;
-            u32 sb_lane = cg < count ? aqs[(u64)(row0 + cg) * nb + kb] : 127u;
-            mx_mma(acc[s], a, b, sa0, sa1, sb0, sb1, sa_lane, sb_lane);
-        }
-    }
-    for (int s = 0; s < 4; s++) {
+    for (int s = 0; s < TT / 8; s++) {
+        if (s >= nsub) break;
         int c0 = s * 8 + 2 * t, c1 = c0 + 1;
-        if (c0 < count) {
-            y[(u64)(row0 + c0) * K + frow + g] = acc[s][0];
-            y[(u64)(row0 + c0) * K + frow + g + 8] = acc[s][2];
+        if (c0 < tl.count) {
+            y[(u64)(tl.row0 + c0) * K + f + g] = acc[s][0];
+            y[(u64)(tl.row0 + c0) * K + f + g + 8] = acc[s][2];
         }
-        if (c1 < count) {
-            y[(u64)(row0 + c1) * K + frow + g] = acc[s][1];
-            y[(u64)(row0 + c1) * K + frow + g + 8] = acc[s][3];
+        if (c1 < tl.count) {
+            y[(u64)(tl.row0 + c1) * K + f + g] = acc[s][1];
+            y[(u64)(tl.row0 + c1) * K + f + g + 8] = acc[s][3];
         }
     }
 }
