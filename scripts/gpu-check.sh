@@ -33,3 +33,4 @@ for chain in mxfp8 flashinfer; do
 done
 .gpu/kimimoe validate --backend cuda --suite smoke --activation swiglu_oai --recipe floor --json "$OUT/validate_oai_floor.json" 2>&1 | tee -a "$log"
 .gpu/kimimoe bench --backend cuda --profile --json "$OUT/bench.json" 2>&1 | tee -a "$log"
+.gpu/kimimoe chains --m 1,128 2>&1 | tee -a "$log"

@@ -25,12 +25,20 @@ const (
 	attrCCMinor = 76
 )
 
-// tileTokens is TT in kernels/moe.cu: tokens per GEMM CTA tile; chunkK is
-// KC, the k elements staged per step (K and N must be multiples of it).
-const (
-	tileTokens = 128
-	chunkK     = 128
-)
+// chunkK is KC in kernels/moe.cu, the k elements staged per step (K and N
+// must be multiples of it).
+const chunkK = 128
+
+// tileTokens picks the GEMMs' token tile (TT) for a forward of m tokens:
+// 64 (two CTAs per SM) up to 512 tokens, 128 (each weight load reused by
+// twice the tokens) above. Measured on the H200 (docs/PERF.md): TT=64 was
+// faster at M <= 128 and even at 512, TT=128 faster at 2048 and 8192.
+func tileTokens(m int) int {
+	if m <= 512 {
+		return 64
+	}
+	return 128
+}
 
 // Backend drives one GPU: its primary context, one stream, the compiled
 // module.
@@ -424,7 +432,9 @@ func (l *Layer) enqueueProfiled(ws *workspace, events []cuEvent) error {
 	if l.spec.Chain == moe.ChainFlashInfer {
 		chainFI = 1
 	}
-	maxTiles := (entries+tileTokens-1)/tileTokens + w.E
+	tt := tileTokens(m)
+	maxTiles := (entries+tt-1)/tt + w.E
+	gemm1, gemm2 := b.fn[fmt.Sprintf("kmoe_gemm1_act_t%d", tt)], b.fn[fmt.Sprintf("kmoe_gemm2_t%d", tt)]
 	steps := []func() error{
 		func() error { return cuMemsetD32(ws.pos, 0xFFFFFFFF, entries, s) },
 		func() error {
@@ -441,17 +451,17 @@ func (l *Layer) enqueueProfiled(ws *workspace, events []cuEvent) error {
 		},
 		func() error {
 			return cuLaunch(b.fn["kmoe_route_scatter"], [3]int{w.E, 1, 1}, 256, 0, s,
-				[]uint64{ptr(ws.ids), arg(entries), arg(l.epRank), arg(w.E), ptr(ws.counts), arg(tileTokens),
+				[]uint64{ptr(ws.ids), arg(entries), arg(l.epRank), arg(w.E), ptr(ws.counts), arg(tt),
 					ptr(ws.perm), ptr(ws.pos), ptr(ws.offset), ptr(ws.tileBase)})
 		},
 		func() error {
-			return cuLaunch(b.fn["kmoe_gemm1_act"], [3]int{w.N / 64, maxTiles, 1}, 256, 0, s,
+			return cuLaunch(gemm1, [3]int{w.N / 64, maxTiles, 1}, 256, 0, s,
 				[]uint64{ptr(ws.xq), ptr(ws.xs), arg(w.K), arg(topk), ptr(l.w31), ptr(l.w31s), arg(w.N), arg(w.E),
 					ptr(ws.perm), ptr(ws.offset), ptr(ws.tileBase), arg(int(l.spec.Activation)), ptr(l.params),
 					arg(len(l.spec.Params)), arg(chainFI), arg(recipe), ptr(ws.aq), ptr(ws.aqs)})
 		},
 		func() error {
-			return cuLaunch(b.fn["kmoe_gemm2"], [3]int{w.K / 128, maxTiles, 1}, 256, 0, s,
+			return cuLaunch(gemm2, [3]int{w.K / 128, maxTiles, 1}, 256, 0, s,
 				[]uint64{ptr(ws.aq), ptr(ws.aqs), arg(w.N), ptr(l.w2), ptr(l.w2s), arg(w.K), arg(w.E),
 					ptr(ws.offset), ptr(ws.tileBase), ptr(ws.y)})
 		},

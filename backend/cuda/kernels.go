@@ -17,7 +17,8 @@ const (
 )
 
 // kernelNames are the entry points in kernels/moe.cu.
-var kernelNames = []string{"kmoe_quantize_x", "kmoe_route_count", "kmoe_route_scatter", "kmoe_gemm1_act", "kmoe_gemm2", "kmoe_finalize"}
+var kernelNames = []string{"kmoe_quantize_x", "kmoe_route_count", "kmoe_route_scatter",
+	"kmoe_gemm1_act_t64", "kmoe_gemm1_act_t128", "kmoe_gemm2_t64", "kmoe_gemm2_t128", "kmoe_finalize"}
 
 func compileOptions(arch string, nativeMX bool) []string {
 	opts := []string{"--gpu-architecture=" + arch, "-std=c++17", "--fmad=false", "-default-device"}

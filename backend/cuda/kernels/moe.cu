@@ -15,6 +15,9 @@ typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
+struct __align__(8) f2 {
+    float x, y;
+};
 
 #define BLOCK 32
 
@@ -289,8 +292,10 @@ __device__ __forceinline__ int tile_expert(const int* tile_base, int elocal, int
 // ------------------------------------------------------ grouped GEMMs --
 //
 // Both GEMMs use one CTA shape: 8 warps, 128 weight rows (16 per warp, the
-// MMA's M side) x TT = 128 tokens of one expert (the N side, 16 subtiles of
-// 8). The token operand (E4M3 codes, gathered by the permutation) is staged
+// MMA's M side) x TT tokens of one expert (the N side, TT/8 subtiles of 8).
+// TT is a template parameter with two instances: 64 (two CTAs per SM, for
+// few tokens per expert) and 128 (more reuse of each weight load, for many);
+// the host picks one per forward. The token operand (E4M3 codes, gathered by the permutation) is staged
 // in shared memory with cp.async, KC = 128 elements (4 scale blocks) per
 // stage, two stages; each warp loads its own weight rows straight from
 // global memory, one 32-bit load (8 FP4 codes) per row per block.
@@ -301,7 +306,6 @@ __device__ __forceinline__ int tile_expert(const int* tile_base, int elocal, int
 // [16+4t, 16+4t+4), so its A registers come from one 32-bit load of packed
 // FP4 and its B registers from one 64-bit load of E4M3 codes.
 
-#define TT 128      // tokens per CTA tile
 #define KC 128      // k elements per shared-memory stage
 #define SROW (KC + 16) // padded bytes per staged token row
 
@@ -326,6 +330,7 @@ struct Tile {
     int expert, row0, count;
 };
 
+template <int TT>
 __device__ __forceinline__ bool find_tile(const int* offset, const int* tile_base, int elocal, int j, Tile* t) {
     if (j >= tile_base[elocal]) return false;
     int e = tile_expert(tile_base, elocal, j);
@@ -337,6 +342,7 @@ __device__ __forceinline__ bool find_tile(const int* offset, const int* tile_bas
 
 // Stage k-chunk c of the tile's tokens: codes [TT][KC] and scales [TT][4].
 // src_row[i] is the operand row of token i (or -1).
+template <int TT>
 __device__ __forceinline__ void stage_tokens(u8 (*sb)[SROW], u8 (*ss)[4], const u8* codes, const u8* scales,
                                              int ldk, const int* src_row, int c) {
     // TT * KC / 16 = 1024 16-byte pieces over 256 threads.
@@ -353,25 +359,46 @@ __device__ __forceinline__ void stage_tokens(u8 (*sb)[SROW], u8 (*ss)[4], const 
     }
 }
 
+// The native body reads the token scale bytes in its lane convention; the
+// sm_90 body uses the float scales converted once per stage (csf).
+#if defined(KMOE_NATIVE_MX)
+#define SB_LANE(x) (u32)(x)
+#else
+#define SB_LANE(x) 0u
+#endif
+
+#define LOAD_A(DST0, DST1, DS0, DS1, ROW_A0, ROW_A1, SCALE_A0, SCALE_A1, C)                                \
+    _Pragma("unroll") for (int q = 0; q < 4; q++) {                                                          \
+        int kb = (C) * 4 + q;                                                                                \
+        DST0[q] = *(const u32*)((ROW_A0) + kb * 16 + 4 * t);                                                 \
+        DST1[q] = *(const u32*)((ROW_A1) + kb * 16 + 4 * t);                                                 \
+        DS0[q] = (SCALE_A0)[kb];                                                                             \
+        DS1[q] = (SCALE_A1)[kb];                                                                             \
+    }
+
+// The k loop: the token operand is staged one chunk ahead with cp.async and
+// the weights are loaded into registers one chunk ahead, so both are in
+// flight while the current chunk's MMAs run.
 #define GEMM_BODY(ROW_A0, ROW_A1, SCALE_A0, SCALE_A1, LDK, CODES, SCALES)                                   \
     int nchunk = (LDK) / KC;                                                                                 \
-    stage_tokens(sb[0], ss[0], CODES, SCALES, LDK, s_src, 0);                                                \
+    u32 wa0[4], wa1[4], ws0[4], ws1[4], wn0[4] = {}, wn1[4] = {}, wsn0[4] = {}, wsn1[4] = {};                \
+    LOAD_A(wa0, wa1, ws0, ws1, ROW_A0, ROW_A1, SCALE_A0, SCALE_A1, 0)                                        \
+    stage_tokens<TT>(sb[0], ss[0], CODES, SCALES, LDK, s_src, 0);                                                \
     cp_async_commit();                                                                                       \
     for (int c = 0; c < nchunk; c++) {                                                                       \
-        if (c + 1 < nchunk) stage_tokens(sb[(c + 1) & 1], ss[(c + 1) & 1], CODES, SCALES, LDK, s_src, c + 1); \
-        cp_async_commit();                                                                                   \
-        u32 wa0[4], wa1[4], ws0[4], ws1[4];                                                                  \
-        _Pragma("unroll") for (int q = 0; q < 4; q++) {                                                      \
-            int kb = c * 4 + q;                                                                              \
-            wa0[q] = *(const u32*)((ROW_A0) + kb * 16 + 4 * t);                                              \
-            wa1[q] = *(const u32*)((ROW_A1) + kb * 16 + 4 * t);                                              \
-            ws0[q] = (SCALE_A0)[kb];                                                                         \
-            ws1[q] = (SCALE_A1)[kb];                                                                         \
+        if (c + 1 < nchunk) {                                                                                \
+            stage_tokens<TT>(sb[(c + 1) & 1], ss[(c + 1) & 1], CODES, SCALES, LDK, s_src, c + 1);               \
+            LOAD_A(wn0, wn1, wsn0, wsn1, ROW_A0, ROW_A1, SCALE_A0, SCALE_A1, c + 1)                         \
         }                                                                                                    \
+        cp_async_commit();                                                                                   \
         cp_async_wait1();                                                                                    \
         __syncthreads();                                                                                     \
         u8(*cb)[SROW] = sb[c & 1];                                                                           \
         u8(*cs)[4] = ss[c & 1];                                                                              \
+        if (threadIdx.x < TT) {                                                                              \
+            _Pragma("unroll") for (int q = 0; q < 4; q++) csf[q][threadIdx.x] = e8m0_to_float(cs[threadIdx.x][q]); \
+        }                                                                                                    \
+        __syncthreads();                                                                                     \
         _Pragma("unroll") for (int q = 0; q < 4; q++) {                                                      \
             u32 a[4] = {widen4(wa0[q] & 0xFFFFu), widen4(wa1[q] & 0xFFFFu), widen4(wa0[q] >> 16),          \
                         widen4(wa1[q] >> 16)};                                                               \
@@ -381,12 +408,18 @@ __device__ __forceinline__ void stage_tokens(u8 (*sb)[SROW], u8 (*ss)[4], const 
                 if (s >= nsub) break;                                                                        \
                 u64 bv = *(const u64*)&cb[s * 8 + g][q * 32 + 8 * t];                                        \
                 u32 b[2] = {(u32)bv, (u32)(bv >> 32)};                                                       \
-                float cs0 = e8m0_to_float(cs[s * 8 + 2 * t][q]), cs1 = e8m0_to_float(cs[s * 8 + 2 * t + 1][q]); \
-                u32 sb_lane = cs[s * 8 + g][q];                                                              \
-                mx_mma(acc[s], a, b, rs0, rs1, cs0, cs1, sa_lane, sb_lane);                                  \
+                f2 csv = *(const f2*)&csf[q][s * 8 + 2 * t];                                                 \
+                u32 sb_lane = SB_LANE(cs[s * 8 + g][q]);                                                     \
+                mx_mma(acc[s], a, b, rs0, rs1, csv.x, csv.y, sa_lane, sb_lane);                              \
             }                                                                                                \
         }                                                                                                    \
         __syncthreads();                                                                                     \
+        _Pragma("unroll") for (int q = 0; q < 4; q++) {                                                      \
+            wa0[q] = wn0[q];                                                                                 \
+            wa1[q] = wn1[q];                                                                                 \
+            ws0[q] = wsn0[q];                                                                                \
+            ws1[q] = wsn1[q];                                                                                \
+        }                                                                                                    \
     }                                                                                                        \
     cp_async_wait0();
 
@@ -395,19 +428,24 @@ __device__ __forceinline__ void stage_tokens(u8 (*sb)[SROW], u8 (*ss)[4], const 
 // fw+g and rows g+8 the gate rows N+fw+g, so each thread holds matching up
 // and gate values for its tokens. Warps 0-3 and 4-7 form the two 32-feature
 // MXFP8 blocks of the CTA's 64 features. grid.x = N/64.
-extern "C" __global__ void __launch_bounds__(256) kmoe_gemm1_act(
-    const u8* __restrict__ xq, const u8* __restrict__ xs, int K, int topk,
-    const u8* __restrict__ w31, const u8* __restrict__ w31s, int N, int elocal,
-    const int* __restrict__ perm, const int* __restrict__ offset, const int* __restrict__ tile_base,
-    int kind, const float* __restrict__ params, int nparams, int chain_fi, int recipe,
-    u8* __restrict__ aq, u8* __restrict__ aqs) {
+#define GEMM1_PARAMS                                                                                   \
+    const u8 *__restrict__ xq, const u8 *__restrict__ xs, int K, int topk, const u8 *__restrict__ w31,        \
+        const u8 *__restrict__ w31s, int N, int elocal, const int *__restrict__ perm,                        \
+        const int *__restrict__ offset, const int *__restrict__ tile_base, int kind,                         \
+        const float *__restrict__ params, int nparams, int chain_fi, int recipe, u8 *__restrict__ aq,        \
+        u8 *__restrict__ aqs
+#define GEMM1_ARGS xq, xs, K, topk, w31, w31s, N, elocal, perm, offset, tile_base, kind, params, nparams, chain_fi, recipe, aq, aqs
+
+template <int TT>
+__device__ __forceinline__ void gemm1_act(GEMM1_PARAMS) {
     __shared__ __align__(16) u8 sb[2][TT][SROW];
     __shared__ __align__(16) u8 ss[2][TT][4];
+    __shared__ __align__(16) float csf[4][TT];
     __shared__ int s_src[TT];
     __shared__ u32 s_amax[8][TT];
     __shared__ Tile s_tile;
     __shared__ int s_ok;
-    if (threadIdx.x == 0) s_ok = find_tile(offset, tile_base, elocal, blockIdx.y, &s_tile);
+    if (threadIdx.x == 0) s_ok = find_tile<TT>(offset, tile_base, elocal, blockIdx.y, &s_tile);
     __syncthreads();
     if (!s_ok) return;
     Tile tl = s_tile;
@@ -482,16 +520,21 @@ extern "C" __global__ void __launch_bounds__(256) kmoe_gemm1_act(
 
 // GEMM2: y[row, f] = sum_n W2[e][f][n] * aq[row][n] in float32. Warp w owns
 // output features f0 + 16w .. +15 (rows g and g+8). grid.x = K/128.
-extern "C" __global__ void __launch_bounds__(256) kmoe_gemm2(
-    const u8* __restrict__ aq, const u8* __restrict__ aqs, int N,
-    const u8* __restrict__ w2, const u8* __restrict__ w2s, int K, int elocal,
-    const int* __restrict__ offset, const int* __restrict__ tile_base, float* __restrict__ y) {
+#define GEMM2_PARAMS                                                                                   \
+    const u8 *__restrict__ aq, const u8 *__restrict__ aqs, int N, const u8 *__restrict__ w2,                  \
+        const u8 *__restrict__ w2s, int K, int elocal, const int *__restrict__ offset,                       \
+        const int *__restrict__ tile_base, float *__restrict__ y
+#define GEMM2_ARGS aq, aqs, N, w2, w2s, K, elocal, offset, tile_base, y
+
+template <int TT>
+__device__ __forceinline__ void gemm2(GEMM2_PARAMS) {
     __shared__ __align__(16) u8 sb[2][TT][SROW];
     __shared__ __align__(16) u8 ss[2][TT][4];
+    __shared__ __align__(16) float csf[4][TT];
     __shared__ int s_src[TT];
     __shared__ Tile s_tile;
     __shared__ int s_ok;
-    if (threadIdx.x == 0) s_ok = find_tile(offset, tile_base, elocal, blockIdx.y, &s_tile);
+    if (threadIdx.x == 0) s_ok = find_tile<TT>(offset, tile_base, elocal, blockIdx.y, &s_tile);
     __syncthreads();
     if (!s_ok) return;
     Tile tl = s_tile;
@@ -522,6 +565,13 @@ extern "C" __global__ void __launch_bounds__(256) kmoe_gemm2(
         }
     }
 }
+
+// The instances. TT=64 fits two CTAs per SM in the register file (at most
+// 128 registers a thread); TT=128 runs one.
+extern "C" __global__ void __launch_bounds__(256, 2) kmoe_gemm1_act_t64(GEMM1_PARAMS) { gemm1_act<64>(GEMM1_ARGS); }
+extern "C" __global__ void __launch_bounds__(256) kmoe_gemm1_act_t128(GEMM1_PARAMS) { gemm1_act<128>(GEMM1_ARGS); }
+extern "C" __global__ void __launch_bounds__(256, 2) kmoe_gemm2_t64(GEMM2_PARAMS) { gemm2<64>(GEMM2_ARGS); }
+extern "C" __global__ void __launch_bounds__(256) kmoe_gemm2_t128(GEMM2_PARAMS) { gemm2<128>(GEMM2_ARGS); }
 
 // ------------------------------------------------------------ finalize --
 
