@@ -45,6 +45,26 @@ func RunConformance(t *testing.T, b Backend) {
 			})
 		}
 	}
+	// Every claimed activation, with per-expert parameters, and (where
+	// claimed) x given pre-quantized, on two small cases.
+	only := []string{"m8_uniform", "kimi_ep32_rank7_small"}
+	for _, act := range caps.Activations {
+		t.Run("activation_"+act.String(), func(t *testing.T) {
+			res, err := Validate(b, ValidateOptions{Suite: "smoke", Activation: act, Chain: caps.Chains[0],
+				Recipe: caps.Recipes[0], Only: only, PerExpertParams: true, PreQuantized: caps.PreQuantizedInput})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res) != len(only) {
+				t.Fatalf("%d results for %d cases", len(res), len(only))
+			}
+			for _, r := range res {
+				if !r.Passed() {
+					t.Errorf("%s [%s]: %s %s: %v", r.Name, r.Shape, r.Status, r.Detail, r.Metrics)
+				}
+			}
+		})
+	}
 	t.Run("bad_input", func(t *testing.T) { checkBadInput(t, b) })
 }
 

@@ -31,6 +31,15 @@ type ValidateOptions struct {
 	Recipe      mxfp.Recipe
 	RequireSitu bool // fail at once if the backend cannot run SiTU
 	Runs        int  // forward runs per case for the determinism check (default 3)
+	// Only, if set, restricts the suite to the named cases.
+	Only []string
+	// PerExpertParams gives every local expert its own activation
+	// parameters (scaled copies of the defaults) instead of one shared set.
+	PerExpertParams bool
+	// PreQuantized passes x to the backend as MXFP8 (quantized on the host
+	// with the case's recipe) instead of float32; the oracle still gets
+	// float32 x, so this also checks that the two input paths agree.
+	PreQuantized bool
 	// Progress, if set, is called before each case.
 	Progress func(done, total int, name string)
 }
@@ -75,6 +84,15 @@ func Validate(b Backend, opts ValidateOptions) ([]Result, error) {
 	if opts.Runs < 1 {
 		opts.Runs = 3
 	}
+	if opts.Only != nil {
+		var keep []moe.CaseSpec
+		for _, s := range specs {
+			if slices.Contains(opts.Only, s.Name) {
+				keep = append(keep, s)
+			}
+		}
+		specs = keep
+	}
 	weights := map[weightKey]*moe.Weights{}
 	layers := map[weightKey]Layer{}
 	oracles := map[weightKey]*moe.Oracle{}
@@ -97,9 +115,12 @@ func Validate(b Backend, opts ValidateOptions) ([]Result, error) {
 			w = moe.GenerateWeights(s)
 			weights[key] = w
 		}
+		if opts.PerExpertParams {
+			s.Params = perExpertParams(s.ELocal)
+		}
 		c, err := moe.GenerateCase(s, w)
 		if err == nil {
-			err = runCase(&r, b, c, s, key, layers, oracles, opts.Runs)
+			err = runCase(&r, b, c, s, key, layers, oracles, opts)
 		}
 		if err != nil {
 			r.Status, r.Detail = "ERROR", err.Error()
@@ -116,8 +137,34 @@ func Validate(b Backend, opts ValidateOptions) ([]Result, error) {
 	return results, nil
 }
 
+// perExpertParams gives expert e the defaults scaled by 1 + e/8, so that no
+// two experts share parameters.
+func perExpertParams(e int) []activation.Params {
+	ps := make([]activation.Params, e)
+	for i := range ps {
+		f := 1 + float64(i)/8
+		p := activation.DefaultParams()
+		p.SituBeta *= f
+		p.SituLinearBeta *= f
+		p.SwigluAlpha *= f
+		p.SwigluBeta *= f
+		p.SwigluLimit *= f
+		ps[i] = p
+	}
+	return ps
+}
+
+// quantizedInput returns in with x replaced by its MXFP8 quantization.
+func quantizedInput(in moe.Input, k int, r mxfp.Recipe) moe.Input {
+	xq := mxfp.NewMXFP8Matrix(in.M, k)
+	xq.Quantize(in.X, r)
+	in.X, in.XQ = nil, xq
+	return in
+}
+
 func runCase(r *Result, b Backend, c *moe.Case, s *moe.CaseSpec, key weightKey,
-	layers map[weightKey]Layer, oracles map[weightKey]*moe.Oracle, runs int) error {
+	layers map[weightKey]Layer, oracles map[weightKey]*moe.Oracle, opts ValidateOptions) error {
+	runs := opts.Runs
 	layer := layers[key]
 	if layer == nil {
 		var err error
@@ -141,13 +188,17 @@ func runCase(r *Result, b Backend, c *moe.Case, s *moe.CaseSpec, key weightKey,
 		argRows = rows
 	}
 	k := c.Weights.K
+	in := c.Input
+	if opts.PreQuantized {
+		in = quantizedInput(in, k, c.Spec.Recipe)
+	}
 	outs := make([][]float32, runs)
 	for i := range outs {
 		outs[i] = make([]float32, len(rows)*k)
 		for j := range outs[i] {
 			outs[i][j] = float32(math.NaN()) // poison: every element must be written
 		}
-		if err := layer.Forward(outs[i], &c.Input, argRows); err != nil {
+		if err := layer.Forward(outs[i], &in, argRows); err != nil {
 			return fmt.Errorf("forward: %w", err)
 		}
 	}
@@ -167,7 +218,7 @@ func runCase(r *Result, b Backend, c *moe.Case, s *moe.CaseSpec, key weightKey,
 		r.GraphChecked, r.GraphEqual = true, true
 		for range 2 {
 			g := make([]float32, s.M*k)
-			if err := gl.ForwardGraph(g, &c.Input); err != nil {
+			if err := gl.ForwardGraph(g, &in); err != nil {
 				return fmt.Errorf("graph: %w", err)
 			}
 			if !bitwiseEqual(g, outs[0]) {

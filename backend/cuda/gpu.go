@@ -525,10 +525,14 @@ func (l *Layer) Profile(m int) (map[string]float64, error) {
 	return out, nil
 }
 
-// download copies the requested rows of the output into dst.
+// download copies the requested rows of the output into dst: straight into
+// dst for all rows, through one result-sized buffer for a subset.
 func (l *Layer) download(dst []float32, ws *workspace, rows []int) error {
 	k := l.w.K
-	all := make([]float32, ws.m*k)
+	all := dst
+	if rows != nil {
+		all = make([]float32, ws.m*k)
+	}
 	if err := cuMemcpyDtoH(f32bytes(all), ws.out, l.b.stream); err != nil {
 		return err
 	}
@@ -536,7 +540,6 @@ func (l *Layer) download(dst []float32, ws *workspace, rows []int) error {
 		return err
 	}
 	if rows == nil {
-		copy(dst, all)
 		return nil
 	}
 	for j, r := range rows {
