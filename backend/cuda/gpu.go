@@ -153,6 +153,19 @@ func (b *Backend) enter() (func(), error) {
 	return runtime.UnlockOSThread, nil
 }
 
+// locked runs f with the backend's lock held and its context current on
+// this thread: every device call goes through it.
+func (b *Backend) locked(f func() error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	leave, err := b.enter()
+	if err != nil {
+		return err
+	}
+	defer leave()
+	return f()
+}
+
 // Name implements backend.Backend.
 func (b *Backend) Name() string { return "cuda" }
 
@@ -188,51 +201,36 @@ func (b *Backend) Close() error {
 
 // CopyBandwidth times device-to-device copies of n bytes (median of iters)
 // and returns bytes read plus written per second.
-func (b *Backend) CopyBandwidth(n int, iters int) (float64, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	leave, err := b.enter()
-	if err != nil {
-		return 0, err
-	}
-	defer leave()
-	src, err := cuMemAlloc(n)
-	if err != nil {
-		return 0, err
-	}
-	defer cuMemFree(src)
-	dst, err := cuMemAlloc(n)
-	if err != nil {
-		return 0, err
-	}
-	defer cuMemFree(dst)
-	if err := cuMemsetD32(src, 0x3f800000, n/4, b.stream); err != nil {
-		return 0, err
-	}
-	e0, _ := cuEventCreate()
-	e1, _ := cuEventCreate()
-	defer cuEventDestroy(e0)
-	defer cuEventDestroy(e1)
-	var ms []float64
-	for i := 0; i < iters+2; i++ {
-		cuEventRecord(e0, b.stream)
-		if err := cuMemcpyDtoD(dst, src, n, b.stream); err != nil {
-			return 0, err
-		}
-		cuEventRecord(e1, b.stream)
-		if err := cuEventSync(e1); err != nil {
-			return 0, err
-		}
-		t, err := cuEventElapsed(e0, e1)
+func (b *Backend) CopyBandwidth(n int, iters int) (bw float64, err error) {
+	err = b.locked(func() error {
+		src, err := cuMemAlloc(n)
 		if err != nil {
-			return 0, err
+			return err
 		}
-		if i >= 2 { // warm-up
-			ms = append(ms, t)
+		defer cuMemFree(src)
+		dst, err := cuMemAlloc(n)
+		if err != nil {
+			return err
 		}
-	}
-	sort.Float64s(ms)
-	return 2 * float64(n) / (ms[len(ms)/2] / 1e3), nil
+		defer cuMemFree(dst)
+		if err := cuMemsetD32(src, 0x3f800000, n/4, b.stream); err != nil {
+			return err
+		}
+		var ms []float64
+		for k := 0; k < iters+2; k++ {
+			t, err := timeOn(b.stream, func() error { return cuMemcpyDtoD(dst, src, n, b.stream) })
+			if err != nil {
+				return err
+			}
+			if k >= 2 { // warm-up
+				ms = append(ms, t)
+			}
+		}
+		sort.Float64s(ms)
+		bw = 2 * float64(n) / (ms[len(ms)/2] / 1e3)
+		return nil
+	})
+	return bw, err
 }
 
 // Prepare implements backend.Backend: it checks the request and copies the
@@ -248,14 +246,17 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 		return nil, fmt.Errorf("%w: backend \"cuda\" needs K and N multiples of %d, have K=%d N=%d; use the %q backend",
 			backend.ErrUnsupported, chunkK, w.K, w.N, backend.GoName)
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	leave, err := b.enter()
-	if err != nil {
+	l := &Layer{b: b, w: w, spec: spec, ws: map[int]*workspace{}}
+	if err := b.locked(func() error { return l.uploadWeights() }); err != nil {
 		return nil, err
 	}
-	defer leave()
-	l := &Layer{b: b, w: w, spec: spec, ws: map[int]*workspace{}}
+	return l, nil
+}
+
+// uploadWeights copies the weights and activation parameters to the device.
+func (l *Layer) uploadWeights() error {
+	b, w, spec := l.b, l.w, l.spec
+	var err error
 	ep := spec.EP
 	if ep.Size == 0 {
 		ep.Size = 1
@@ -273,18 +274,18 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 	} {
 		if *up.dst, err = cuMemAlloc(len(up.data)); err != nil {
 			l.free()
-			return nil, err
+			return err
 		}
 		if err = cuMemcpyHtoD(*up.dst, up.data, b.stream); err != nil {
 			l.free()
-			return nil, err
+			return err
 		}
 	}
 	if err := cuStreamSync(b.stream); err != nil {
 		l.free()
-		return nil, err
+		return err
 	}
-	return l, nil
+	return nil
 }
 
 func f32bytes(v []float32) []byte {
@@ -490,39 +491,36 @@ func (l *Layer) enqueueProfiled(ws *workspace, events []cuEvent) error {
 
 // Profile runs the uploaded m-token forward eagerly with an event between
 // kernels and returns each step's device time in milliseconds, by name.
-func (l *Layer) Profile(m int) (map[string]float64, error) {
-	b := l.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	leave, err := b.enter()
-	if err != nil {
-		return nil, err
-	}
-	defer leave()
-	ws := l.ws[m]
-	if ws == nil {
-		return nil, fmt.Errorf("cuda: Profile(%d): no uploaded input of %d tokens", m, m)
-	}
-	events := make([]cuEvent, len(stepNames)+1)
-	for k := range events {
-		if events[k], err = cuEventCreate(); err != nil {
-			return nil, err
+func (l *Layer) Profile(m int) (out map[string]float64, err error) {
+	err = l.b.locked(func() error {
+		ws := l.ws[m]
+		if ws == nil {
+			return fmt.Errorf("cuda: Profile(%d): no uploaded input of %d tokens", m, m)
 		}
-		defer cuEventDestroy(events[k])
-	}
-	if err := l.enqueueProfiled(ws, events); err != nil {
-		return nil, err
-	}
-	if err := cuEventSync(events[len(events)-1]); err != nil {
-		return nil, err
-	}
-	out := map[string]float64{}
-	for k, name := range stepNames {
-		if out[name], err = cuEventElapsed(events[k], events[k+1]); err != nil {
-			return nil, err
+		events := make([]cuEvent, len(stepNames)+1)
+		for k := range events {
+			var err error
+			if events[k], err = cuEventCreate(); err != nil {
+				return err
+			}
+			defer cuEventDestroy(events[k])
 		}
-	}
-	return out, nil
+		if err := l.enqueueProfiled(ws, events); err != nil {
+			return err
+		}
+		if err := cuEventSync(events[len(events)-1]); err != nil {
+			return err
+		}
+		out = map[string]float64{}
+		for k, name := range stepNames {
+			var err error
+			if out[name], err = cuEventElapsed(events[k], events[k+1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, err
 }
 
 // download copies the requested rows of the output into dst: straight into
@@ -570,22 +568,16 @@ func (l *Layer) Forward(dst []float32, in *moe.Input, rows []int) error {
 	if err := l.checkDst(dst, in, rows); err != nil {
 		return err
 	}
-	b := l.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	leave, err := b.enter()
-	if err != nil {
-		return err
-	}
-	defer leave()
-	ws, err := l.upload(in)
-	if err != nil {
-		return err
-	}
-	if err := l.enqueue(ws); err != nil {
-		return err
-	}
-	return l.download(dst, ws, rows)
+	return l.b.locked(func() error {
+		ws, err := l.upload(in)
+		if err != nil {
+			return err
+		}
+		if err := l.enqueue(ws); err != nil {
+			return err
+		}
+		return l.download(dst, ws, rows)
+	})
 }
 
 // ForwardGraph implements backend.GraphLayer: the kernels of a forward with
@@ -594,22 +586,16 @@ func (l *Layer) ForwardGraph(dst []float32, in *moe.Input) error {
 	if err := l.checkDst(dst, in, nil); err != nil {
 		return err
 	}
-	b := l.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	leave, err := b.enter()
-	if err != nil {
-		return err
-	}
-	defer leave()
-	ws, err := l.upload(in)
-	if err != nil {
-		return err
-	}
-	if err := l.replay(ws); err != nil {
-		return err
-	}
-	return l.download(dst, ws, nil)
+	return l.b.locked(func() error {
+		ws, err := l.upload(in)
+		if err != nil {
+			return err
+		}
+		if err := l.replay(ws); err != nil {
+			return err
+		}
+		return l.download(dst, ws, nil)
+	})
 }
 
 func (l *Layer) replay(ws *workspace) error {
@@ -641,41 +627,41 @@ func (l *Layer) replay(ws *workspace) error {
 
 // Upload copies in to the device for TimeForward (backend.Timer).
 func (l *Layer) Upload(in *moe.Input) error {
-	b := l.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	leave, err := b.enter()
-	if err != nil {
-		return err
-	}
-	defer leave()
-	if _, err := l.upload(in); err != nil {
-		return err
-	}
-	return cuStreamSync(b.stream)
+	return l.b.locked(func() error {
+		if _, err := l.upload(in); err != nil {
+			return err
+		}
+		return cuStreamSync(l.b.stream)
+	})
 }
 
 // TimeForward runs the forward of the uploaded m-token input (as a graph
 // replay if graph) between two CUDA events and returns the elapsed device
 // time in milliseconds (backend.Timer).
-func (l *Layer) TimeForward(m int, graph bool) (float64, error) {
-	b := l.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	leave, err := b.enter()
-	if err != nil {
-		return 0, err
-	}
-	defer leave()
-	ws := l.ws[m]
-	if ws == nil {
-		return 0, fmt.Errorf("cuda: TimeForward(%d): no uploaded input of %d tokens", m, m)
-	}
-	if graph && ws.graphX == nil { // capture outside the timed region
-		if err := l.replay(ws); err != nil {
-			return 0, err
+func (l *Layer) TimeForward(m int, graph bool) (ms float64, err error) {
+	err = l.b.locked(func() error {
+		ws := l.ws[m]
+		if ws == nil {
+			return fmt.Errorf("cuda: TimeForward(%d): no uploaded input of %d tokens", m, m)
 		}
-	}
+		if graph && ws.graphX == nil { // capture outside the timed region
+			if err := l.replay(ws); err != nil {
+				return err
+			}
+		}
+		run := func() error { return l.enqueue(ws) }
+		if graph {
+			run = func() error { return cuGraphLaunch(ws.graphX, l.b.stream) }
+		}
+		ms, err = timeOn(l.b.stream, run)
+		return err
+	})
+	return ms, err
+}
+
+// timeOn runs f between two events on s and returns the elapsed device
+// milliseconds.
+func timeOn(s cuStream, f func() error) (float64, error) {
 	e0, err := cuEventCreate()
 	if err != nil {
 		return 0, err
@@ -686,40 +672,29 @@ func (l *Layer) TimeForward(m int, graph bool) (float64, error) {
 		return 0, err
 	}
 	defer cuEventDestroy(e1)
-	if err := cuEventRecord(e0, b.stream); err != nil {
+	if err := cuEventRecord(e0, s); err != nil {
 		return 0, err
 	}
-	if graph {
-		err = cuGraphLaunch(ws.graphX, b.stream)
-	} else {
-		err = l.enqueue(ws)
-	}
-	if err != nil {
+	if err := f(); err != nil {
 		return 0, err
 	}
-	if err := cuEventRecord(e1, b.stream); err != nil {
+	if err := cuEventRecord(e1, s); err != nil {
 		return 0, err
 	}
 	if err := cuEventSync(e1); err != nil {
 		return 0, err
 	}
 	ms, err := cuEventElapsed(e0, e1)
-	if math.IsNaN(ms) {
-		return 0, errors.New("cuda: event time is NaN")
+	if err == nil && math.IsNaN(ms) {
+		err = errors.New("cuda: event time is NaN")
 	}
 	return ms, err
 }
 
 // Close frees the layer's device memory.
 func (l *Layer) Close() error {
-	b := l.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	leave, err := b.enter()
-	if err != nil {
-		return nil // backend closed: its context, and our memory, are gone
-	}
-	defer leave()
-	l.free()
+	// An error means the backend is closed: its context, and so the
+	// layer's memory, are gone already.
+	l.b.locked(func() error { l.free(); return nil })
 	return nil
 }
