@@ -340,6 +340,18 @@ __device__ __forceinline__ bool find_tile(const int* offset, const int* tile_bas
     return true;
 }
 
+// block_tile finds this CTA's tile (blockIdx.y) once, in thread 0, and
+// gives it to every thread; false for a CTA past the last tile.
+template <int TT>
+__device__ __forceinline__ bool block_tile(const int* offset, const int* tile_base, int elocal, Tile* out) {
+    __shared__ Tile s_tile;
+    __shared__ int s_ok;
+    if (threadIdx.x == 0) s_ok = find_tile<TT>(offset, tile_base, elocal, blockIdx.y, &s_tile);
+    __syncthreads();
+    *out = s_tile;
+    return s_ok;
+}
+
 // Stage k-chunk c of the tile's tokens: codes [TT][KC] and scales [TT][4].
 // src_row[i] is the operand row of token i (or -1).
 template <int TT>
@@ -443,12 +455,8 @@ __device__ __forceinline__ void gemm1_act(GEMM1_PARAMS) {
     __shared__ __align__(16) float csf[4][TT];
     __shared__ int s_src[TT];
     __shared__ u32 s_amax[8][TT];
-    __shared__ Tile s_tile;
-    __shared__ int s_ok;
-    if (threadIdx.x == 0) s_ok = find_tile<TT>(offset, tile_base, elocal, blockIdx.y, &s_tile);
-    __syncthreads();
-    if (!s_ok) return;
-    Tile tl = s_tile;
+    Tile tl;
+    if (!block_tile<TT>(offset, tile_base, elocal, &tl)) return;
     if (threadIdx.x < TT) s_src[threadIdx.x] = threadIdx.x < tl.count ? perm[tl.row0 + threadIdx.x] / topk : -1;
     __syncthreads();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -532,12 +540,8 @@ __device__ __forceinline__ void gemm2(GEMM2_PARAMS) {
     __shared__ __align__(16) u8 ss[2][TT][4];
     __shared__ __align__(16) float csf[4][TT];
     __shared__ int s_src[TT];
-    __shared__ Tile s_tile;
-    __shared__ int s_ok;
-    if (threadIdx.x == 0) s_ok = find_tile<TT>(offset, tile_base, elocal, blockIdx.y, &s_tile);
-    __syncthreads();
-    if (!s_ok) return;
-    Tile tl = s_tile;
+    Tile tl;
+    if (!block_tile<TT>(offset, tile_base, elocal, &tl)) return;
     if (threadIdx.x < TT) s_src[threadIdx.x] = threadIdx.x < tl.count ? tl.row0 + threadIdx.x : -1;
     __syncthreads();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
