@@ -13,9 +13,8 @@ import (
 // M=128 <= 20 s, preparing 28 experts <= 10 s, on the 2-core machine).
 func kimiBenchCase(b *testing.B, m int) (*Oracle, *Case) {
 	b.Helper()
-	k := KimiK3()
-	s := CaseSpec{Name: "bench", M: m, K: k.K, N: k.N, ELocal: 28, TopK: 16, EP: EP{Size: 32, Rank: 7}, LocalSlots: 8,
-		Activation: activation.Situ, Chain: ChainMXFP8, Recipe: mxfp.RecipeRCeil, Seed: 1, WeightSeed: 3584}
+	s := KimiEP32Rank7(activation.Situ, ChainMXFP8, mxfp.RecipeRCeil)
+	s.Name, s.M, s.Seed = "bench", m, 1
 	c, err := GenerateCase(&s, nil)
 	if err != nil {
 		b.Fatal(err)

@@ -7,6 +7,16 @@ import (
 	"kimimoe/mxfp"
 )
 
+// KimiEP32Rank7 is the Kimi-K3 shape one EP32 rank sees, the shape of the
+// real and large suites, kimimoe bench and kimimoe chains: K=3584, N=3072,
+// rank 7 of 32 with 28 local experts, top-16 with exactly 8 slots local,
+// weights from seed 3584. Callers set Name, M and Seed.
+func KimiEP32Rank7(act activation.Kind, chain Chain, recipe mxfp.Recipe) CaseSpec {
+	kimi := KimiK3()
+	return CaseSpec{K: kimi.K, N: kimi.N, ELocal: 28, TopK: kimi.TopK, EP: EP{Size: 32, Rank: 7}, LocalSlots: 8,
+		Activation: act, Chain: chain, Recipe: recipe, WeightSeed: 3584}
+}
+
 // Suites names the validation suites.
 var Suites = []string{"smoke", "real", "large", "all"}
 
@@ -46,10 +56,10 @@ func ValidationMatrix(suite string, act activation.Kind, chain Chain, recipe mxf
 	s.Name, s.M, s.NonFinite = "nonfinite_inputs", 6, true
 	add(s)
 
-	kimi := KimiK3()
 	real := func(name string, m, sample int) CaseSpec {
-		return CaseSpec{Name: name, M: m, K: kimi.K, N: kimi.N, ELocal: 28, TopK: kimi.TopK, EP: EP{Size: 32, Rank: 7},
-			LocalSlots: 8, Activation: act, Chain: chain, Recipe: recipe, Seed: uint64(1000 + m), WeightSeed: 3584, SampleRows: sample}
+		s := KimiEP32Rank7(act, chain, recipe)
+		s.Name, s.M, s.Seed, s.SampleRows = name, m, uint64(1000+m), sample
+		return s
 	}
 	realCases := []CaseSpec{real("kimi_decode_m1", 1, 0), real("kimi_prefill_m128", 128, 0)}
 	large := []CaseSpec{real("kimi_m512", 512, 32), real("kimi_m2048", 2048, 32), real("kimi_m8192", 8192, 32)}

@@ -74,8 +74,7 @@ func runBench(args []string) error {
 	}
 
 	kimi := moe.KimiK3()
-	spec := moe.CaseSpec{K: kimi.K, N: kimi.N, ELocal: 28, TopK: kimi.TopK, EP: moe.EP{Size: 32, Rank: 7}, LocalSlots: 8,
-		Activation: activation.Situ, Chain: chain, Recipe: mxfp.RecipeRCeil, WeightSeed: 3584}
+	spec := moe.KimiEP32Rank7(activation.Situ, chain, mxfp.RecipeRCeil)
 	p := newProgress()
 	p.update("generating Kimi EP32 rank-7 weights (28 experts)")
 	w := moe.GenerateWeights(&spec)

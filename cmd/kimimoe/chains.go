@@ -30,8 +30,7 @@ func runChains(args []string) error {
 		return err
 	}
 	kimi := moe.KimiK3()
-	base := moe.CaseSpec{K: kimi.K, N: kimi.N, ELocal: 28, TopK: kimi.TopK, EP: moe.EP{Size: 32, Rank: 7}, LocalSlots: 8,
-		Activation: act, Recipe: recipe, WeightSeed: 3584}
+	base := moe.KimiEP32Rank7(act, 0, recipe) // the chain is set per oracle below
 	w := moe.GenerateWeights(&base)
 	oracles := map[moe.Chain]*moe.Oracle{}
 	for _, c := range moe.Chains() {
