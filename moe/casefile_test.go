@@ -45,17 +45,7 @@ func TestCaseFileRoundTrip(t *testing.T) {
 		len(back.Spec.Params) != 4 || back.Spec.Params[2].SwigluLimit != 5.5 || back.Spec.Params[1].SwigluLimit != 7 {
 		t.Fatalf("spec changed: %+v", back.Spec)
 	}
-	a, b := make([]float64, 3*64), make([]float64, 3*64)
-	for i, cc := range []*Case{c, back} {
-		o, err := NewOracle(cc.Weights, cc.Spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := o.Forward([][]float64{a, b}[i], &cc.Input, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if !Compare(a, b).Bitwise {
+	if !Compare(oracleOut(t, c), oracleOut(t, back)).Bitwise {
 		t.Fatal("the case read back gives a different output")
 	}
 }
@@ -158,14 +148,7 @@ func TestGolden(t *testing.T) {
 		path := filepath.Join("..", "testdata", "golden", g.name+".safetensors")
 		if *update {
 			c := smallCase(t, g.act, g.chain, g.recipe, uint64(10+i))
-			out := make([]float64, c.Input.M*c.Weights.K)
-			o, err := NewOracle(c.Weights, c.Spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := o.Forward(out, &c.Input, nil); err != nil {
-				t.Fatal(err)
-			}
+			out := oracleOut(t, c)
 			out32 := make([]float32, len(out))
 			for j, v := range out {
 				out32[j] = float32(v)
@@ -183,15 +166,7 @@ func TestGolden(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		o, err := NewOracle(c.Weights, c.Spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := make([]float64, len(want))
-		if err := o.Forward(got, &c.Input, nil); err != nil {
-			t.Fatal(err)
-		}
-		if m := Compare(got, want); !m.Bitwise {
+		if m := Compare(oracleOut(t, c), want); !m.Bitwise {
 			t.Errorf("%s: oracle output changed: %v", g.name, m)
 		}
 		nonzero := 0

@@ -28,14 +28,7 @@ func TestOracleAgainstNumpy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		o, err := NewOracle(c.Weights, c.Spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := make([]float64, c.Input.M*c.Weights.K)
-		if err := o.Forward(out, &c.Input, nil); err != nil {
-			t.Fatal(err)
-		}
+		out := oracleOut(t, c)
 		ss := 0.0
 		for _, v := range ref {
 			ss += v * v

@@ -90,15 +90,7 @@ func TestInterleavedRuleScramblesKimiWeights(t *testing.T) {
 		}
 		copy(c.Weights.W31, w31.Packed)
 		copy(c.Weights.W31Scale, w31.Scales)
-		o, err := NewOracle(c.Weights, c.Spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := make([]float64, s.M*k)
-		if err := o.Forward(out, &c.Input, nil); err != nil {
-			t.Fatal(err)
-		}
-		return out
+		return oracleOut(t, c)
 	}
 	m := Compare(outFor(wrong), outFor(right))
 	t.Logf("interleaved rule on Kimi weights vs the right layout: %v", m)
