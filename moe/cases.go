@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"kimimoe/activation"
 	"kimimoe/mxfp"
@@ -194,10 +195,6 @@ func SampleRows(m, n int, seed uint64) []int {
 	rng := rand.New(rand.NewPCG(seed, 0x726f7773))
 	rng.Shuffle(m, func(i, j int) { rows[i], rows[j] = rows[j], rows[i] })
 	rows = rows[:n]
-	for i := 1; i < n; i++ { // insertion sort: n is small
-		for j := i; j > 0 && rows[j] < rows[j-1]; j-- {
-			rows[j], rows[j-1] = rows[j-1], rows[j]
-		}
-	}
+	slices.Sort(rows)
 	return rows
 }
