@@ -19,6 +19,32 @@ var ErrUnsupported = errors.New("backend: unsupported request")
 // ErrUnknown is wrapped by Open for a name nobody registered.
 var ErrUnknown = errors.New("backend: unknown backend")
 
+// ErrClosed is wrapped by calls on a closed layer or backend.
+var ErrClosed = errors.New("backend: closed")
+
+// CheckForward checks a Forward call's arguments for a layer with K-wide
+// outputs and numGlobal global experts: the input (moe.Input.Validate),
+// rows inside [0, M), and dst of [len(rows), K] (rows nil: [M, K]). Errors
+// wrap moe.ErrInput. Backends call it before any work.
+func CheckForward(dst []float32, in *moe.Input, rows []int, k, numGlobal int) error {
+	if err := in.Validate(k, numGlobal); err != nil {
+		return err
+	}
+	n := in.M
+	if rows != nil {
+		n = len(rows)
+		for _, r := range rows {
+			if r < 0 || r >= in.M {
+				return fmt.Errorf("%w: row %d outside [0, %d)", moe.ErrInput, r, in.M)
+			}
+		}
+	}
+	if len(dst) != n*k {
+		return fmt.Errorf("%w: dst has %d values, want [%d, %d] = %d", moe.ErrInput, len(dst), n, k, n*k)
+	}
+	return nil
+}
+
 // Capabilities says what a backend can run.
 type Capabilities struct {
 	Activations []activation.Kind
@@ -67,8 +93,11 @@ type Backend interface {
 type Layer interface {
 	// Forward runs the layer on in and writes the output rows listed in rows
 	// (nil: all M) to dst [len(rows), K]. A backend may compute only those
-	// rows, since tokens are independent.
+	// rows, since tokens are independent. Bad arguments are errors wrapping
+	// moe.ErrInput, found before any work; after Close it returns an error
+	// wrapping ErrClosed. Forward and Close may be called concurrently.
 	Forward(dst []float32, in *moe.Input, rows []int) error
+	// Close releases the layer. A second Close returns nil.
 	Close() error
 }
 

@@ -3,6 +3,7 @@ package backend
 import (
 	"fmt"
 	"runtime"
+	"sync"
 
 	"kimimoe/activation"
 	"kimimoe/moe"
@@ -30,6 +31,9 @@ func (goBackend) Capabilities() Capabilities {
 }
 
 func (b goBackend) Prepare(w *moe.Weights, spec moe.LayerSpec) (Layer, error) {
+	if w == nil {
+		return nil, fmt.Errorf("%w: Prepare: weights are nil", moe.ErrInput)
+	}
 	if err := b.Capabilities().Check(spec, w, GoName, GoName); err != nil {
 		return nil, err
 	}
@@ -42,20 +46,24 @@ func (b goBackend) Prepare(w *moe.Weights, spec moe.LayerSpec) (Layer, error) {
 
 func (goBackend) Close() error { return nil }
 
+// goLayer is safe for concurrent use: forwards share the oracle (read-only)
+// under a read lock, and Close waits for running forwards.
 type goLayer struct {
-	o *moe.Oracle
-	k int
+	mu sync.RWMutex
+	o  *moe.Oracle // nil once closed
+	k  int
 }
 
 func (l *goLayer) Forward(dst []float32, in *moe.Input, rows []int) error {
-	n := in.M
-	if rows != nil {
-		n = len(rows)
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.o == nil {
+		return fmt.Errorf("%w: Forward on a closed layer", ErrClosed)
 	}
-	if len(dst) != n*l.k {
-		return fmt.Errorf("%w: dst has %d values, want [%d, %d]", moe.ErrInput, len(dst), n, l.k)
+	if err := CheckForward(dst, in, rows, l.k, l.o.NumGlobal()); err != nil {
+		return err
 	}
-	out := make([]float64, n*l.k)
+	out := make([]float64, len(dst))
 	if err := l.o.Forward(out, in, rows); err != nil {
 		return err
 	}
@@ -65,4 +73,9 @@ func (l *goLayer) Forward(dst []float32, in *moe.Input, rows []int) error {
 	return nil
 }
 
-func (l *goLayer) Close() error { l.o = nil; return nil }
+func (l *goLayer) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.o = nil
+	return nil
+}

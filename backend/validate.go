@@ -3,6 +3,7 @@ package backend
 import (
 	"errors"
 	"fmt"
+	"kimimoe/validation"
 	"math"
 	"slices"
 	"time"
@@ -44,11 +45,19 @@ type ValidateOptions struct {
 	Progress func(done, total int, name string)
 }
 
+// Case statuses.
+const (
+	StatusPass        = "PASS"
+	StatusFail        = "FAIL"
+	StatusUnsupported = "UNSUPPORTED" // Prepare refused it with ErrUnsupported
+	StatusError       = "ERROR"
+)
+
 // Result is one case's outcome.
 type Result struct {
 	Name, Shape   string
 	Status        string // PASS, FAIL, UNSUPPORTED, ERROR
-	Metrics       moe.Metrics
+	Metrics       validation.Metrics
 	RowsChecked   int
 	Deterministic bool
 	GraphChecked  bool
@@ -58,7 +67,7 @@ type Result struct {
 }
 
 // Passed reports whether the result is a pass.
-func (r *Result) Passed() bool { return r.Status == "PASS" }
+func (r *Result) Passed() bool { return r.Status == StatusPass }
 
 // weightKey identifies a weight set and the layer prepared from it (cases
 // of one run differ in nothing else that Prepare sees but the EP rank).
@@ -77,7 +86,7 @@ func Validate(b Backend, opts ValidateOptions) ([]Result, error) {
 	if opts.RequireSitu && !slices.Contains(caps.Activations, activation.Situ) {
 		return nil, fmt.Errorf("%w: backend %q cannot run SiTU (--require-situ); use the %q backend", ErrUnsupported, b.Name(), GoName)
 	}
-	specs, err := moe.ValidationMatrix(opts.Suite, opts.Activation, opts.Chain, opts.Recipe)
+	specs, err := validation.ValidationMatrix(opts.Suite, opts.Activation, opts.Chain, opts.Recipe)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +94,7 @@ func Validate(b Backend, opts ValidateOptions) ([]Result, error) {
 		opts.Runs = 3
 	}
 	if opts.Only != nil {
-		var keep []moe.CaseSpec
+		var keep []validation.CaseSpec
 		for _, s := range specs {
 			if slices.Contains(opts.Only, s.Name) {
 				keep = append(keep, s)
@@ -112,20 +121,20 @@ func Validate(b Backend, opts ValidateOptions) ([]Result, error) {
 		key := weightKey{s.WeightSeed, s.K, s.N, s.ELocal, s.Activation.IsGated(), s.LayerSpec().EP}
 		w := weights[key]
 		if w == nil {
-			w = moe.GenerateWeights(s)
+			w = validation.GenerateWeights(s)
 			weights[key] = w
 		}
 		if opts.PerExpertParams {
 			s.Params = perExpertParams(s.ELocal)
 		}
-		c, err := moe.GenerateCase(s, w)
+		c, err := validation.GenerateCase(s, w)
 		if err == nil {
 			err = runCase(&r, b, c, s, key, layers, oracles, opts)
 		}
 		if err != nil {
-			r.Status, r.Detail = "ERROR", err.Error()
+			r.Status, r.Detail = StatusError, err.Error()
 			if errors.Is(err, ErrUnsupported) {
-				r.Status = "UNSUPPORTED"
+				r.Status = StatusUnsupported
 			}
 		}
 		r.Seconds = time.Since(start).Seconds()
@@ -162,7 +171,7 @@ func quantizedInput(in moe.Input, k int, r mxfp.Recipe) moe.Input {
 	return in
 }
 
-func runCase(r *Result, b Backend, c *moe.Case, s *moe.CaseSpec, key weightKey,
+func runCase(r *Result, b Backend, c *validation.Case, s *validation.CaseSpec, key weightKey,
 	layers map[weightKey]Layer, oracles map[weightKey]*moe.Oracle, opts ValidateOptions) error {
 	runs := opts.Runs
 	layer := layers[key]
@@ -181,7 +190,7 @@ func runCase(r *Result, b Backend, c *moe.Case, s *moe.CaseSpec, key weightKey,
 		}
 		oracles[key] = o
 	}
-	rows := moe.SampleRows(s.M, s.SampleRows, s.Seed)
+	rows := validation.SampleRows(s.M, s.SampleRows, s.Seed)
 	r.RowsChecked = len(rows)
 	var argRows []int
 	if s.SampleRows > 0 {
@@ -212,7 +221,7 @@ func runCase(r *Result, b Backend, c *moe.Case, s *moe.CaseSpec, key weightKey,
 	if err := o.Forward(ref, &c.Input, rows); err != nil {
 		return fmt.Errorf("oracle: %w", err)
 	}
-	r.Metrics = moe.Compare(moe.Widen(outs[0]), ref)
+	r.Metrics = validation.Compare(validation.Widen(outs[0]), ref)
 
 	if gl, ok := layer.(GraphLayer); ok && s.SampleRows == 0 {
 		r.GraphChecked, r.GraphEqual = true, true
@@ -244,9 +253,9 @@ func runCase(r *Result, b Backend, c *moe.Case, s *moe.CaseSpec, key weightKey,
 	if r.GraphChecked && !r.GraphEqual {
 		why = append(why, "graph replay differs from eager")
 	}
-	r.Status = "PASS"
+	r.Status = StatusPass
 	if len(why) > 0 {
-		r.Status = "FAIL"
+		r.Status = StatusFail
 		r.Detail = fmt.Sprint(why)
 	}
 	return nil

@@ -1,6 +1,8 @@
-package moe
+package moe_test
 
 import (
+	"kimimoe/moe"
+	"kimimoe/validation"
 	"testing"
 	"time"
 
@@ -11,16 +13,16 @@ import (
 // Kimi EP32 rank-7 local shape: E_local 28, K 3584, N 3072, top-16 with 8
 // slots local (the speed targets: decode M=1 <= 250 ms, prefill
 // M=128 <= 20 s, preparing 28 experts <= 10 s, on the 2-core machine).
-func kimiBenchCase(b *testing.B, m int) (*Oracle, *Case) {
+func kimiBenchCase(b *testing.B, m int) (*moe.Oracle, *validation.Case) {
 	b.Helper()
-	s := KimiEP32Rank7(activation.Situ, ChainMXFP8, mxfp.RecipeRCeil)
+	s := validation.KimiEP32Rank7(activation.Situ, moe.ChainMXFP8, mxfp.RecipeRCeil)
 	s.Name, s.M, s.Seed = "bench", m, 1
-	c, err := GenerateCase(&s, nil)
+	c, err := validation.GenerateCase(&s, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	t0 := time.Now()
-	o, err := NewOracle(c.Weights, c.Spec)
+	o, err := moe.NewOracle(c.Weights, c.Spec)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,6 +1,7 @@
-package moe
+package moe_test
 
 import (
+	"kimimoe/validation"
 	"math"
 	"path/filepath"
 	"testing"
@@ -20,7 +21,7 @@ func TestOracleAgainstNumpy(t *testing.T) {
 		t.Fatalf("found %d oracle reference cases, want 4", len(paths))
 	}
 	for _, p := range paths {
-		c, err := ReadCase(p)
+		c, err := validation.ReadCase(p)
 		if err != nil {
 			t.Fatal(err)
 		}

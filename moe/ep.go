@@ -15,16 +15,30 @@ type EP struct {
 	Size, Rank int
 }
 
-func (ep EP) norm() EP {
+// Normalize returns ep with the zero value (Size 0) read as one rank, Size 1.
+func (ep EP) Normalize() EP {
 	if ep.Size == 0 {
 		return EP{Size: 1}
 	}
 	return ep
 }
 
+// NumGlobal is the global expert count Size * eLocal, an error wrapping
+// ErrParallel if it reaches MaxGlobalExperts (ids are int32) or overflows.
+func (ep EP) NumGlobal(eLocal int) (int, error) {
+	ep = ep.Normalize()
+	if err := ep.Validate(); err != nil {
+		return 0, err
+	}
+	if eLocal < 1 || ep.Size > MaxGlobalExperts/eLocal {
+		return 0, fmt.Errorf("%w: ep_size %d x %d local experts is not a valid global expert count (at most %d)", ErrParallel, ep.Size, eLocal, MaxGlobalExperts)
+	}
+	return ep.Size * eLocal, nil
+}
+
 // Validate checks 0 <= Rank < Size.
 func (ep EP) Validate() error {
-	ep = ep.norm()
+	ep = ep.Normalize()
 	if ep.Size < 1 || ep.Rank < 0 || ep.Rank >= ep.Size {
 		return fmt.Errorf("%w: ep_rank %d of ep_size %d", ErrParallel, ep.Rank, ep.Size)
 	}
@@ -36,7 +50,7 @@ func (ep EP) Validate() error {
 // using the id as an index (in torch, a -1 index into a mapping table
 // returns its last entry: the seed's warning).
 func (ep EP) Local(global int64, eLocal int) (int, bool) {
-	ep = ep.norm()
+	ep = ep.Normalize()
 	if global < 0 {
 		return 0, false
 	}
@@ -49,7 +63,7 @@ func (ep EP) Local(global int64, eLocal int) (int, bool) {
 
 // LocalRange returns the global ids [lo, hi) this rank owns.
 func (ep EP) LocalRange(eLocal int) (lo, hi int) {
-	ep = ep.norm()
+	ep = ep.Normalize()
 	return ep.Rank * eLocal, (ep.Rank + 1) * eLocal
 }
 

@@ -1,7 +1,9 @@
-package moe
+package moe_test
 
 import (
 	"bytes"
+	"kimimoe/moe"
+	"kimimoe/validation"
 	"math/rand/v2"
 	"testing"
 
@@ -38,10 +40,10 @@ func TestFC1Layouts(t *testing.T) {
 	n, k := 6, 64
 	gate, up := randMatrix(rng, n, k), randMatrix(rng, n, k)
 	want := stack(up, gate)
-	if got := W31FromKimi(gate, up); !sameMatrix(got, want) {
+	if got := moe.W31FromKimi(gate, up); !sameMatrix(got, want) {
 		t.Fatal("W31FromKimi is not [w3 (up); w1 (gate)]")
 	}
-	if got := W31FromGateUp(stack(gate, up)); !sameMatrix(got, want) {
+	if got := moe.W31FromGateUp(stack(gate, up)); !sameMatrix(got, want) {
 		t.Fatal("W31FromGateUp of [gate; up] is not [up; gate]")
 	}
 	inter := mxfp.NewMXFP4Matrix(2*n, k) // GPT-OSS: row 2i gate i, row 2i+1 up i
@@ -53,12 +55,12 @@ func TestFC1Layouts(t *testing.T) {
 			copy(ds, ss)
 		}
 	}
-	if got := W31FromInterleaved(inter); !sameMatrix(got, want) {
+	if got := moe.W31FromInterleaved(inter); !sameMatrix(got, want) {
 		t.Fatal("W31FromInterleaved is not [odd rows; even rows]")
 	}
 	// Scale rows move with their rows: row 0 of the result is up's row 0,
 	// scales included.
-	got := W31FromGateUp(stack(gate, up))
+	got := moe.W31FromGateUp(stack(gate, up))
 	_, s0 := got.Row(0)
 	_, u0 := up.Row(0)
 	if !bytes.Equal(s0, u0) {
@@ -73,18 +75,18 @@ func TestInterleavedRuleScramblesKimiWeights(t *testing.T) {
 	rng := rand.New(rand.NewPCG(2, 2))
 	n, k := 64, 128
 	gate, up := randMatrix(rng, n, k), randMatrix(rng, n, k)
-	right := W31FromGateUp(stack(gate, up))
-	wrong := W31FromInterleaved(stack(gate, up))
+	right := moe.W31FromGateUp(stack(gate, up))
+	wrong := moe.W31FromInterleaved(stack(gate, up))
 	// wrong's up half is rows 1, 3, 5, ... of [gate; up]: gate rows.
 	wp, _ := wrong.Row(0)
 	gp, _ := gate.Row(1)
 	if !bytes.Equal(wp, gp) {
 		t.Fatal("expected the interleaved rule to put gate row 1 at up row 0")
 	}
-	s := CaseSpec{Name: "scramble", M: 4, K: k, N: n, ELocal: 1, TopK: 1, Activation: activation.Situ,
-		Chain: ChainExact, Recipe: mxfp.RecipeRCeil, Seed: 3, WeightSeed: 3}
+	s := validation.CaseSpec{Name: "scramble", M: 4, K: k, N: n, ELocal: 1, TopK: 1, Activation: activation.Situ,
+		Chain: moe.ChainExact, Recipe: mxfp.RecipeRCeil, Seed: 3, WeightSeed: 3}
 	outFor := func(w31 *mxfp.MXFP4Matrix) []float64 {
-		c, err := GenerateCase(&s, nil)
+		c, err := validation.GenerateCase(&s, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +94,7 @@ func TestInterleavedRuleScramblesKimiWeights(t *testing.T) {
 		copy(c.Weights.W31Scale, w31.Scales)
 		return oracleOut(t, c)
 	}
-	m := Compare(outFor(wrong), outFor(right))
+	m := validation.Compare(outFor(wrong), outFor(right))
 	t.Logf("interleaved rule on Kimi weights vs the right layout: %v", m)
 	if m.Cosine > 0.5 {
 		t.Fatalf("scrambled weights still give cosine %.3f; the test would not catch the seed's bug", m.Cosine)

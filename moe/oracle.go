@@ -40,8 +40,11 @@ func NewOracle(w *Weights, spec LayerSpec) (*Oracle, error) {
 	if err := spec.Validate(w); err != nil {
 		return nil, err
 	}
-	ep := spec.EP.norm()
-	o := &Oracle{spec: spec, w: w, numGlobal: w.E * ep.Size}
+	numGlobal, err := spec.EP.NumGlobal(w.E)
+	if err != nil {
+		return nil, err
+	}
+	o := &Oracle{spec: spec, w: w, numGlobal: numGlobal}
 	o.w31 = make([]int8, len(w.W31)*2)
 	o.w2 = make([]int8, len(w.W2)*2)
 	parallelFor(len(w.W31)/4096+1, func(i int) { decodeFP4(o.w31, w.W31, i*4096, min((i+1)*4096, len(w.W31))) })
@@ -51,6 +54,9 @@ func NewOracle(w *Weights, spec LayerSpec) (*Oracle, error) {
 
 // Spec returns the layer spec.
 func (o *Oracle) Spec() LayerSpec { return o.spec }
+
+// NumGlobal is the global expert count: local experts times ep_size.
+func (o *Oracle) NumGlobal() int { return o.numGlobal }
 
 // Weights returns the weights.
 func (o *Oracle) Weights() *Weights { return o.w }

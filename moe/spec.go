@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"kimimoe/activation"
 	"kimimoe/mxfp"
@@ -71,19 +72,23 @@ func (s *LayerSpec) ParamsFor(e int) *activation.Params {
 	return &s.Params[e]
 }
 
-// Validate checks the spec against the weights it will run with.
+// Validate checks the spec against the weights it will run with. The zero
+// LayerSpec is invalid: the error names the first field that is not set.
 func (s *LayerSpec) Validate(w *Weights) error {
+	if w == nil {
+		return fmt.Errorf("%w: weights are nil", ErrInput)
+	}
 	if err := w.Validate(); err != nil {
 		return err
 	}
 	if !s.Activation.Valid() {
-		return fmt.Errorf("moe: invalid activation %v", s.Activation)
+		return fmt.Errorf("moe: LayerSpec.Activation is %v: not a valid kind (set one of activation.Kinds)", s.Activation)
 	}
 	if s.Activation.IsGated() != w.Gated {
 		return fmt.Errorf("moe: activation %v (gated=%v) does not match FC1 weights with %d rows for N=%d", s.Activation, s.Activation.IsGated(), w.Rows(), w.N)
 	}
 	if len(s.Params) != 1 && len(s.Params) != w.E {
-		return fmt.Errorf("moe: %d activation parameter sets for %d experts (want 1 or %d)", len(s.Params), w.E, w.E)
+		return fmt.Errorf("moe: LayerSpec.Params has %d activation parameter sets for %d experts (want 1 or %d)", len(s.Params), w.E, w.E)
 	}
 	for e, p := range s.Params {
 		if err := p.Validate(s.Activation); err != nil {
@@ -91,12 +96,13 @@ func (s *LayerSpec) Validate(w *Weights) error {
 		}
 	}
 	if s.Chain < ChainExact || s.Chain > ChainFlashInfer {
-		return fmt.Errorf("moe: invalid chain %v", s.Chain)
+		return fmt.Errorf("moe: LayerSpec.Chain is %v: not a valid chain (exact, mxfp8 or flashinfer)", s.Chain)
 	}
 	if s.Recipe != mxfp.RecipeFloor && s.Recipe != mxfp.RecipeRCeil {
-		return fmt.Errorf("moe: invalid recipe %v", s.Recipe)
+		return fmt.Errorf("moe: LayerSpec.Recipe is %v: not a valid recipe (floor or rceil)", s.Recipe)
 	}
-	return s.EP.Validate()
+	_, err := s.EP.NumGlobal(w.E)
+	return err
 }
 
 // Input is one forward's tokens and routing.
@@ -112,18 +118,38 @@ type Input struct {
 	TopKWeights []float32
 }
 
-// Validate checks the input against K and the global expert count.
+// MaxGlobalExperts bounds the global expert count: ids are int32.
+const MaxGlobalExperts = 1 << 31
+
+// Validate checks the input against K and the global expert count: M >= 0,
+// 1 <= top-k <= numGlobal, x or x_q (not both) of [M, K], ids in
+// [-1, numGlobal) with no expert twice in one token's slots (-1 may
+// repeat), finite routing weights. Errors wrap ErrInput and name the
+// tensor; a nil input is an error too.
 func (in *Input) Validate(k, numGlobal int) error {
-	if in.M < 0 || in.TopK < 1 {
-		return fmt.Errorf("%w: M = %d, top-k = %d", ErrInput, in.M, in.TopK)
+	if in == nil {
+		return fmt.Errorf("%w: input is nil", ErrInput)
+	}
+	if in.M < 0 {
+		return fmt.Errorf("%w: M = %d is negative", ErrInput, in.M)
+	}
+	if in.TopK < 1 || in.TopK > numGlobal {
+		return fmt.Errorf("%w: top-k = %d, want 1 <= top-k <= %d (the global expert count)", ErrInput, in.TopK, numGlobal)
+	}
+	if in.M > 0 && (in.M > math.MaxInt/in.TopK || in.M > math.MaxInt/k) {
+		return fmt.Errorf("%w: M = %d tokens of top-%d and K = %d overflow the element count", ErrInput, in.M, in.TopK, k)
 	}
 	switch {
 	case in.X != nil && in.XQ != nil:
 		return fmt.Errorf("%w: both x and x_q given", ErrInput)
 	case in.X != nil && len(in.X) != in.M*k:
-		return fmt.Errorf("%w: x has %d values, want [%d, %d]", ErrInput, len(in.X), in.M, k)
-	case in.XQ != nil && (in.XQ.Rows != in.M || in.XQ.Cols != k || len(in.XQ.Codes) != in.M*k || len(in.XQ.Scales) != in.M*k/32):
+		return fmt.Errorf("%w: x has %d values, want [%d, %d] = %d", ErrInput, len(in.X), in.M, k, in.M*k)
+	case in.XQ != nil && (in.XQ.Rows != in.M || in.XQ.Cols != k):
 		return fmt.Errorf("%w: x_q is [%d, %d], want [%d, %d]", ErrInput, in.XQ.Rows, in.XQ.Cols, in.M, k)
+	case in.XQ != nil && len(in.XQ.Codes) != in.M*k:
+		return fmt.Errorf("%w: x_q codes hold %d bytes, want [%d, %d] = %d", ErrInput, len(in.XQ.Codes), in.M, k, in.M*k)
+	case in.XQ != nil && len(in.XQ.Scales) != in.M*k/32:
+		return fmt.Errorf("%w: x_scale holds %d bytes, want [%d, %d] = %d", ErrInput, len(in.XQ.Scales), in.M, k/32, in.M*k/32)
 	case in.X == nil && in.XQ == nil && in.M > 0:
 		return fmt.Errorf("%w: neither x nor x_q given", ErrInput)
 	case len(in.TopKIDs) != in.M*in.TopK:
@@ -133,8 +159,12 @@ func (in *Input) Validate(k, numGlobal int) error {
 	}
 	for i, id := range in.TopKIDs {
 		if id < -1 || int(id) >= numGlobal {
-			return fmt.Errorf("%w: topk_ids[%d, %d] = %d is outside [-1, %d)", ErrInput, i/in.TopK, i%in.TopK, id, numGlobal)
+			return fmt.Errorf("%w: topk_ids[%d, %d] = %d is outside [-1, %d) (-1 masks a slot; %d global experts)", ErrInput, i/in.TopK, i%in.TopK, id, numGlobal, numGlobal)
 		}
+	}
+	if t, k1, k2, ok := duplicateSlot(in.TopKIDs, in.TopK); ok {
+		return fmt.Errorf("%w: token %d routes to expert %d twice (topk_ids[%d, %d] and [%d, %d]); top-k selection never repeats an expert",
+			ErrInput, t, in.TopKIDs[t*in.TopK+k1], t, k1, t, k2)
 	}
 	for i, w := range in.TopKWeights {
 		if math.IsNaN(float64(w)) || math.IsInf(float64(w), 0) {
@@ -142,4 +172,35 @@ func (in *Input) Validate(k, numGlobal int) error {
 		}
 	}
 	return nil
+}
+
+// duplicateSlot finds a token with one expert id (not -1) in two slots.
+func duplicateSlot(ids []int32, topk int) (tok, k1, k2 int, found bool) {
+	var sorted []int64 // id<<32 | slot, for large top-k
+	for t := 0; t*topk < len(ids); t++ {
+		row := ids[t*topk : (t+1)*topk]
+		if topk <= 32 {
+			for a := range row {
+				for b := a + 1; b < len(row); b++ {
+					if row[a] >= 0 && row[a] == row[b] {
+						return t, a, b, true
+					}
+				}
+			}
+			continue
+		}
+		sorted = sorted[:0]
+		for k, id := range row {
+			if id >= 0 {
+				sorted = append(sorted, int64(id)<<32|int64(k))
+			}
+		}
+		slices.Sort(sorted)
+		for i := 1; i < len(sorted); i++ {
+			if sorted[i]>>32 == sorted[i-1]>>32 {
+				return t, int(sorted[i-1] & 0xFFFFFFFF), int(sorted[i] & 0xFFFFFFFF), true
+			}
+		}
+	}
+	return 0, 0, 0, false
 }

@@ -2,6 +2,7 @@ package moe
 
 import (
 	"fmt"
+	"math"
 
 	"kimimoe/mxfp"
 )
@@ -49,6 +50,9 @@ func (w *Weights) Validate() error {
 		return fmt.Errorf("moe: weights: E=%d N=%d K=%d: need E >= 1 and N, K positive multiples of 32", w.E, w.N, w.K)
 	}
 	r := w.Rows()
+	if w.E > math.MaxInt/(2*w.N)/w.K {
+		return fmt.Errorf("moe: weights: E=%d N=%d K=%d overflow the element count", w.E, w.N, w.K)
+	}
 	for _, b := range []struct {
 		name string
 		have int

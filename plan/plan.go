@@ -76,7 +76,7 @@ func (d Deployment) Validate() error {
 }
 
 // MapExperts computes the expert mapping of m under d.
-func MapExperts(m moe.Model, d Deployment) (ExpertMapping, error) {
+func MapExperts(m Model, d Deployment) (ExpertMapping, error) {
 	tp, err := moe.MoETPSize(d.TP, d.EP, d.DP)
 	if err != nil {
 		return ExpertMapping{}, err
@@ -97,7 +97,7 @@ func MapExperts(m moe.Model, d Deployment) (ExpertMapping, error) {
 }
 
 // Make computes the plan of model m under deployment d.
-func Make(m moe.Model, d Deployment) (*Plan, error) {
+func Make(m Model, d Deployment) (*Plan, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
@@ -121,7 +121,7 @@ func Make(m moe.Model, d Deployment) (*Plan, error) {
 	return p, nil
 }
 
-func stagePlan(m moe.Model, d Deployment, stage, lo, hi int) StagePlan {
+func stagePlan(m Model, d Deployment, stage, lo, hi int) StagePlan {
 	dense := max(0, min(hi, m.FirstKDenseReplace)-lo)
 	moeLayers := (hi - lo) - dense
 	hidden := (hi - lo) + dense // one o_proj per layer, one MLP per dense layer
@@ -152,7 +152,7 @@ func stagePlan(m moe.Model, d Deployment, stage, lo, hi int) StagePlan {
 	return StagePlan{Stage: stage, Layers: [2]int{lo, hi}, Collectives: cs, Total: total}
 }
 
-func alternatives(m moe.Model, d Deployment) []RingAlternative {
+func alternatives(m Model, d Deployment) []RingAlternative {
 	h, l := m.Hidden, m.MLALatent()
 	alts := []RingAlternative{
 		{Name: "hidden all-reduce (today)", Formula: "2H", Units: 2 * h},

@@ -20,7 +20,7 @@ func seedDeployment() Deployment {
 }
 
 func TestSeedCollectives(t *testing.T) {
-	p, err := Make(moe.KimiK3(), seedDeployment())
+	p, err := Make(KimiK3(), seedDeployment())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestSeedCollectives(t *testing.T) {
 // seeds/003 "通信量判断": 2H = 14336, H + L = 9280 (-35.3%), 2H + L = 16448
 // (+14.7%) with H = 7168, L = 1536 + 512 + 64 = 2112.
 func TestSeedRingUnits(t *testing.T) {
-	p, err := Make(moe.KimiK3(), seedDeployment())
+	p, err := Make(KimiK3(), seedDeployment())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestSeedRingUnits(t *testing.T) {
 // local experts; DESIGN.md: TP32/EP4/DP1 -> moe_tp_size 8, 224 local
 // experts, each with an N/8 = 384 slice.
 func TestSeedExpertMapping(t *testing.T) {
-	k := moe.KimiK3()
+	k := KimiK3()
 	em, err := MapExperts(k, Deployment{TP: 32, EP: 32, DP: 1})
 	if err != nil || em.MoETPSize != 1 || em.LocalExperts != 28 || em.Ranges[7] != [2]int{196, 224} {
 		t.Errorf("TP32/EP32: %+v %v", em.MoETPSize, err)
@@ -86,7 +86,7 @@ func TestSeedExpertMapping(t *testing.T) {
 }
 
 func TestBadDeployments(t *testing.T) {
-	k := moe.KimiK3()
+	k := KimiK3()
 	bad := []Deployment{
 		{TP: 32, EP: 3, DP: 1, PP: 1, Tokens: 1, DTypeBytes: 2},                           // tp 32 not divisible by ep 3
 		{TP: 30, EP: 5, DP: 1, PP: 1, Tokens: 1, DTypeBytes: 2},                           // 896 experts not divisible by ep 5
@@ -106,7 +106,7 @@ func TestBadDeployments(t *testing.T) {
 func TestPipelineStagesSplitTheLayers(t *testing.T) {
 	d := seedDeployment()
 	d.TP, d.PP, d.EP = 16, 2, 4
-	p, err := Make(moe.KimiK3(), d)
+	p, err := Make(KimiK3(), d)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,10 +2,12 @@ package cuda
 
 import (
 	"errors"
+	"kimimoe/validation"
 	"testing"
 
 	"kimimoe/activation"
 	"kimimoe/backend"
+	"kimimoe/backend/backendtest"
 	"kimimoe/moe"
 	"kimimoe/mxfp"
 )
@@ -28,16 +30,16 @@ func openOrSkip(t *testing.T) backend.Backend {
 func TestConformance(t *testing.T) {
 	b := openOrSkip(t)
 	defer b.Close()
-	backend.RunConformance(t, b)
+	backendtest.RunConformance(t, b)
 }
 
 // What the GPU backend does not run fails at Prepare, naming the fallback.
 func TestUnsupportedAtPrepare(t *testing.T) {
 	b := openOrSkip(t)
 	defer b.Close()
-	s := moe.CaseSpec{Name: "u", M: 1, K: 128, N: 128, ELocal: 2, TopK: 1, Activation: activation.Relu2,
+	s := validation.CaseSpec{Name: "u", M: 1, K: 128, N: 128, ELocal: 2, TopK: 1, Activation: activation.Relu2,
 		Chain: moe.ChainMXFP8, Recipe: mxfp.RecipeRCeil, Seed: 1, WeightSeed: 1}
-	c, err := moe.GenerateCase(&s, nil)
+	c, err := validation.GenerateCase(&s, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,12 +47,12 @@ func TestUnsupportedAtPrepare(t *testing.T) {
 		t.Errorf("relu2: %v, want ErrUnsupported", err)
 	}
 	s.Activation, s.Chain = activation.Situ, moe.ChainExact
-	c, _ = moe.GenerateCase(&s, nil)
+	c, _ = validation.GenerateCase(&s, nil)
 	if _, err := b.Prepare(c.Weights, c.Spec); !errors.Is(err, backend.ErrUnsupported) {
 		t.Errorf("exact chain: %v, want ErrUnsupported", err)
 	}
 	s.Chain, s.K = moe.ChainMXFP8, 96 // K not a multiple of the 128-element stage
-	c, _ = moe.GenerateCase(&s, nil)
+	c, _ = validation.GenerateCase(&s, nil)
 	if _, err := b.Prepare(c.Weights, c.Spec); !errors.Is(err, backend.ErrUnsupported) {
 		t.Errorf("K=96: %v, want ErrUnsupported", err)
 	}

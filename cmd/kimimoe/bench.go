@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"kimimoe/validation"
 	"os"
 	"sort"
 	"strconv"
@@ -74,10 +75,10 @@ func runBench(args []string) error {
 	}
 
 	kimi := moe.KimiK3()
-	spec := moe.KimiEP32Rank7(activation.Situ, chain, mxfp.RecipeRCeil)
+	spec := validation.KimiEP32Rank7(activation.Situ, chain, mxfp.RecipeRCeil)
 	p := newProgress()
 	p.update("generating Kimi EP32 rank-7 weights (28 experts)")
-	w := moe.GenerateWeights(&spec)
+	w := validation.GenerateWeights(&spec)
 	p.update("preparing the layer on %s", b.Name())
 	layer, err := b.Prepare(w, spec.LayerSpec())
 	if err != nil {
@@ -95,7 +96,7 @@ func runBench(args []string) error {
 	for j, m := range ms {
 		s := spec
 		s.Name, s.M, s.Seed = fmt.Sprintf("bench_m%d", m), m, uint64(m)
-		c, err := moe.GenerateCase(&s, w)
+		c, err := validation.GenerateCase(&s, w)
 		if err != nil {
 			p.done()
 			return err

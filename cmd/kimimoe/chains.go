@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"kimimoe/validation"
 	"strconv"
 	"strings"
 
@@ -30,8 +31,8 @@ func runChains(args []string) error {
 		return err
 	}
 	kimi := moe.KimiK3()
-	base := moe.KimiEP32Rank7(act, 0, recipe) // the chain is set per oracle below
-	w := moe.GenerateWeights(&base)
+	base := validation.KimiEP32Rank7(act, 0, recipe) // the chain is set per oracle below
+	w := validation.GenerateWeights(&base)
 	oracles := map[moe.Chain]*moe.Oracle{}
 	for _, c := range moe.Chains() {
 		s := base
@@ -52,7 +53,7 @@ func runChains(args []string) error {
 		}
 		s := base
 		s.Name, s.M, s.Seed = "chains", m, uint64(1000+m)
-		c, err := moe.GenerateCase(&s, w)
+		c, err := validation.GenerateCase(&s, w)
 		if err != nil {
 			return err
 		}
@@ -65,7 +66,7 @@ func runChains(args []string) error {
 			}
 		}
 		for _, ch := range []moe.Chain{moe.ChainMXFP8, moe.ChainFlashInfer} {
-			r := moe.Compare(outs[ch], outs[moe.ChainExact])
+			r := validation.Compare(outs[ch], outs[moe.ChainExact])
 			p.done()
 			fmt.Printf("%6d %-11v %-10.6f %-9.4g %.4g\n", m, ch, r.Cosine, r.NRMSE, r.MaxAbs)
 		}

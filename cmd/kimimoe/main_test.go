@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"kimimoe/internal/safetensors"
+	"kimimoe/safetensors"
 )
 
 // capture runs f with stdout redirected and returns what it printed.

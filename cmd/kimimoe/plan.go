@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strings"
 
-	"kimimoe/moe"
 	"kimimoe/plan"
 )
 
@@ -27,7 +26,7 @@ func runPlan(args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	models := moe.Models()
+	models := plan.Models()
 	m, ok := models[*model]
 	if !ok {
 		var names []string
@@ -53,7 +52,7 @@ func runPlan(args []string) error {
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 func gib(b int64) string { return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30)) }
 
-func printPlan(m moe.Model, p *plan.Plan) {
+func printPlan(m plan.Model, p *plan.Plan) {
 	d, em := p.Deployment, p.Mapping
 	fmt.Printf("%s: hidden %d, routed latent %d, %d experts x N=%d, top-%d, %d layers (%d MoE), MLA latent %d\n",
 		m.Name, m.Hidden, m.K, m.NumExperts, m.N, m.TopK, m.NumLayers, m.MoELayers(), m.MLALatent())

@@ -3,10 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"kimimoe/validation"
 	"time"
 
 	"kimimoe/backend"
-	"kimimoe/moe"
 )
 
 func runRun(args []string) error {
@@ -21,7 +21,7 @@ func runRun(args []string) error {
 		fs.Usage()
 		return errors.New("--case and --out are required")
 	}
-	c, err := moe.ReadCase(*in)
+	c, err := validation.ReadCase(*in)
 	if err != nil {
 		return err
 	}
@@ -53,7 +53,7 @@ func runRun(args []string) error {
 	}
 	t2 := time.Now()
 	md := map[string]string{"backend": *name, "case": *in, "chain": c.Spec.Chain.String(), "recipe": c.Spec.Recipe.String()}
-	if err := moe.WriteOutput(*out, dst, c.Input.M, w.K, md); err != nil {
+	if err := validation.WriteOutput(*out, dst, c.Input.M, w.K, md); err != nil {
 		return err
 	}
 	fmt.Printf("prepare %.3fs, forward %.3fs; wrote %s (out [%d, %d] F32)\n", t1.Sub(t0).Seconds(), t2.Sub(t1).Seconds(), *out, c.Input.M, w.K)

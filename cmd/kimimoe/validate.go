@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"kimimoe/validation"
 	"os"
 	"strings"
 	"time"
@@ -15,7 +16,7 @@ import (
 
 func runValidate(args []string) error {
 	fs := newFlags("validate", "[flags]")
-	suite := fs.String("suite", "smoke", "suite: "+strings.Join(moe.Suites, ", "))
+	suite := fs.String("suite", "smoke", "suite: "+strings.Join(validation.Suites, ", "))
 	name := fs.String("backend", backend.GoName, "backend")
 	actName := fs.String("activation", "situ", "activation kind")
 	chainName := fs.String("chain", "mxfp8", "precision chain: exact, mxfp8, flashinfer")

@@ -7,7 +7,7 @@ import (
 	"os"
 	"testing"
 
-	"kimimoe/internal/safetensors"
+	"kimimoe/safetensors"
 )
 
 // File is a loaded reference file.

@@ -5,6 +5,7 @@ package kimilayer
 
 import (
 	"fmt"
+	"kimimoe/validation"
 	"math"
 	"math/rand/v2"
 	"time"
@@ -27,9 +28,9 @@ func Run(m int, backendName string) error {
 		return err
 	}
 	// Synthetic weights for this rank's experts (seeded random MXFP4).
-	spec := moe.CaseSpec{Name: "example", K: kimi.K, N: kimi.N, ELocal: eLocal, TopK: kimi.TopK,
+	spec := validation.CaseSpec{Name: "example", K: kimi.K, N: kimi.N, ELocal: eLocal, TopK: kimi.TopK,
 		Activation: kimi.Activation, WeightSeed: 3584}
-	weights := moe.GenerateWeights(&spec)
+	weights := validation.GenerateWeights(&spec)
 
 	// Tokens and router logits (random here; a model's gate in practice).
 	rng := rand.New(rand.NewPCG(uint64(m), 7))

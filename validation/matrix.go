@@ -1,7 +1,8 @@
-package moe
+package validation
 
 import (
 	"fmt"
+	"kimimoe/moe"
 
 	"kimimoe/activation"
 	"kimimoe/mxfp"
@@ -11,9 +12,9 @@ import (
 // real and large suites, kimimoe bench and kimimoe chains: K=3584, N=3072,
 // rank 7 of 32 with 28 local experts, top-16 with exactly 8 slots local,
 // weights from seed 3584. Callers set Name, M and Seed.
-func KimiEP32Rank7(act activation.Kind, chain Chain, recipe mxfp.Recipe) CaseSpec {
-	kimi := KimiK3()
-	return CaseSpec{K: kimi.K, N: kimi.N, ELocal: 28, TopK: kimi.TopK, EP: EP{Size: 32, Rank: 7}, LocalSlots: 8,
+func KimiEP32Rank7(act activation.Kind, chain moe.Chain, recipe mxfp.Recipe) CaseSpec {
+	kimi := moe.KimiK3()
+	return CaseSpec{K: kimi.K, N: kimi.N, ELocal: 28, TopK: kimi.TopK, EP: moe.EP{Size: 32, Rank: 7}, LocalSlots: 8,
 		Activation: act, Chain: chain, Recipe: recipe, WeightSeed: 3584}
 }
 
@@ -32,7 +33,7 @@ var Suites = []string{"smoke", "real", "large", "all"}
 //	large  the real shape at M = 512, 2048, 8192; the oracle checks 32
 //	       seeded rows of each.
 //	all    smoke + real + large.
-func ValidationMatrix(suite string, act activation.Kind, chain Chain, recipe mxfp.Recipe) ([]CaseSpec, error) {
+func ValidationMatrix(suite string, act activation.Kind, chain moe.Chain, recipe mxfp.Recipe) ([]CaseSpec, error) {
 	base := CaseSpec{Activation: act, Chain: chain, Recipe: recipe, K: 256, N: 128, ELocal: 8, TopK: 4, WeightSeed: 1}
 	var smoke []CaseSpec
 	add := func(s CaseSpec) {
@@ -47,10 +48,10 @@ func ValidationMatrix(suite string, act activation.Kind, chain Chain, recipe mxf
 		}
 	}
 	s := base
-	s.Name, s.M, s.EP = "ep2_rank1_global_ids", 8, EP{Size: 2, Rank: 1}
+	s.Name, s.M, s.EP = "ep2_rank1_global_ids", 8, moe.EP{Size: 2, Rank: 1}
 	add(s)
 	s = base
-	s.Name, s.M, s.ELocal, s.TopK, s.EP, s.LocalSlots, s.WeightSeed = "kimi_ep32_rank7_small", 8, 28, 16, EP{Size: 32, Rank: 7}, 8, 2
+	s.Name, s.M, s.ELocal, s.TopK, s.EP, s.LocalSlots, s.WeightSeed = "kimi_ep32_rank7_small", 8, 28, 16, moe.EP{Size: 32, Rank: 7}, 8, 2
 	add(s)
 	s = base
 	s.Name, s.M, s.NonFinite = "nonfinite_inputs", 6, true

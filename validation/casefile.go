@@ -1,15 +1,16 @@
-package moe
+package validation
 
 import (
 	"errors"
 	"fmt"
+	"kimimoe/moe"
 	"math"
 	"strconv"
 	"strings"
 
 	"kimimoe/activation"
-	"kimimoe/internal/safetensors"
 	"kimimoe/mxfp"
+	"kimimoe/safetensors"
 )
 
 // ErrCaseFile is wrapped by every error about a malformed case file.
@@ -35,9 +36,9 @@ var ErrCaseFile = errors.New("moe: bad case file")
 // in Extra.
 type Case struct {
 	Name    string
-	Weights *Weights
-	Spec    LayerSpec
-	Input   Input
+	Weights *moe.Weights
+	Spec    moe.LayerSpec
+	Input   moe.Input
 	Extra   map[string]*safetensors.Tensor
 	closer  func() error
 }
@@ -152,16 +153,16 @@ func caseFromFile(f *safetensors.File) (*Case, error) {
 	if err := shapeIs(w2s, e, k, n/32); err != nil {
 		return nil, err
 	}
-	c.Weights = &Weights{E: e, N: n, K: k, Gated: kind.IsGated(), W31: w31.Data, W31Scale: w31s.Data, W2: w2.Data, W2Scale: w2s.Data}
+	c.Weights = &moe.Weights{E: e, N: n, K: k, Gated: kind.IsGated(), W31: w31.Data, W31Scale: w31s.Data, W2: w2.Data, W2Scale: w2s.Data}
 
-	spec := LayerSpec{Activation: kind, Recipe: mxfp.RecipeRCeil, Chain: ChainMXFP8}
+	spec := moe.LayerSpec{Activation: kind, Recipe: mxfp.RecipeRCeil, Chain: moe.ChainMXFP8}
 	if s, ok := md["recipe"]; ok {
 		if spec.Recipe, err = mxfp.ParseRecipe(s); err != nil {
 			return nil, bad("__metadata__ recipe: %v", err)
 		}
 	}
 	if s, ok := md["chain"]; ok {
-		if spec.Chain, err = ParseChain(s); err != nil {
+		if spec.Chain, err = moe.ParseChain(s); err != nil {
 			return nil, bad("__metadata__ chain: %v", err)
 		}
 	}
@@ -187,7 +188,7 @@ func caseFromFile(f *safetensors.File) (*Case, error) {
 	}
 	m, topk := ids.Shape[0], ids.Shape[1]
 	idv, _ := ids.Int64s()
-	c.Input = Input{M: m, TopK: topk, TopKIDs: make([]int32, len(idv))}
+	c.Input = moe.Input{M: m, TopK: topk, TopKIDs: make([]int32, len(idv))}
 	for i, v := range idv {
 		if v < math.MinInt32 || v > math.MaxInt32 {
 			return nil, bad("topk_ids[%d, %d] = %d does not fit int32", i/topk, i%topk, v)
@@ -323,7 +324,7 @@ func (c *Case) Tensors() ([]*safetensors.Tensor, map[string]string) {
 		"activation": c.Spec.Activation.String(),
 		"recipe":     c.Spec.Recipe.String(),
 		"chain":      c.Spec.Chain.String(),
-		"ep_size":    strconv.Itoa(c.Spec.EP.norm().Size),
+		"ep_size":    strconv.Itoa(c.Spec.EP.Normalize().Size),
 		"ep_rank":    strconv.Itoa(c.Spec.EP.Rank),
 	}
 	for _, pk := range paramKeys {

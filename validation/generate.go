@@ -1,8 +1,9 @@
-package moe
+package validation
 
 import (
 	"encoding/binary"
 	"fmt"
+	"kimimoe/moe"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -30,13 +31,13 @@ type CaseSpec struct {
 	Name         string
 	M, K, N      int
 	ELocal, TopK int
-	EP           EP
+	EP           moe.EP
 	Routing      Routing
 	LocalSlots   int // > 0: exactly this many of each token's slots hit local experts (the rest other ranks')
 	NonFinite    bool
 	Activation   activation.Kind
 	Params       []activation.Params // nil: defaults
-	Chain        Chain
+	Chain        moe.Chain
 	Recipe       mxfp.Recipe
 	Seed         uint64 // input and routing
 	WeightSeed   uint64 // weights (cases sharing it and the shape share weights)
@@ -45,25 +46,25 @@ type CaseSpec struct {
 
 // Shape formats the case's shape.
 func (s *CaseSpec) Shape() string {
-	ep := s.EP.norm()
+	ep := s.EP.Normalize()
 	return fmt.Sprintf("M=%d K=%d N=%d E=%d top%d ep%d/%d", s.M, s.K, s.N, s.ELocal, s.TopK, ep.Rank, ep.Size)
 }
 
 // LayerSpec returns the spec the case runs with.
-func (s *CaseSpec) LayerSpec() LayerSpec {
+func (s *CaseSpec) LayerSpec() moe.LayerSpec {
 	ps := s.Params
 	if ps == nil {
 		ps = []activation.Params{activation.DefaultParams()}
 	}
-	return LayerSpec{Activation: s.Activation, Params: ps, Chain: s.Chain, Recipe: s.Recipe, EP: s.EP.norm()}
+	return moe.LayerSpec{Activation: s.Activation, Params: ps, Chain: s.Chain, Recipe: s.Recipe, EP: s.EP.Normalize()}
 }
 
 // GenerateWeights makes random MXFP4 weights for spec: uniform random E2M1
 // codes; E8M0 scales spread over three binades around a level chosen so that
 // GEMM1 outputs have an RMS near 3 (where SiTU's gate is neither linear nor
 // saturated) and expert outputs near 1, for x ~ N(0, 1).
-func GenerateWeights(s *CaseSpec) *Weights {
-	w := NewWeights(s.ELocal, s.N, s.K, s.Activation.IsGated())
+func GenerateWeights(s *CaseSpec) *moe.Weights {
+	w := moe.NewWeights(s.ELocal, s.N, s.K, s.Activation.IsGated())
 	src := rand.NewChaCha8(seedBytes(s.WeightSeed, 0x77))
 	src.Read(w.W31)
 	src.Read(w.W2)
@@ -91,11 +92,11 @@ func seedBytes(seed uint64, salt byte) (b [32]byte) {
 
 // GenerateCase builds the case for spec, with weights w (from
 // GenerateWeights for the same shape; nil to generate them).
-func GenerateCase(s *CaseSpec, w *Weights) (*Case, error) {
+func GenerateCase(s *CaseSpec, w *moe.Weights) (*Case, error) {
 	if w == nil {
 		w = GenerateWeights(s)
 	}
-	ep := s.EP.norm()
+	ep := s.EP.Normalize()
 	if err := ep.Validate(); err != nil {
 		return nil, err
 	}
@@ -104,7 +105,7 @@ func GenerateCase(s *CaseSpec, w *Weights) (*Case, error) {
 		return nil, fmt.Errorf("moe: case %s: top-%d with %d local slots does not fit %d local of %d experts", s.Name, s.TopK, s.LocalSlots, s.ELocal, global)
 	}
 	rng := rand.New(rand.NewPCG(s.Seed, 0x6b696d69))
-	in := Input{M: s.M, TopK: s.TopK, X: make([]float32, s.M*s.K), TopKIDs: make([]int32, s.M*s.TopK), TopKWeights: make([]float32, s.M*s.TopK)}
+	in := moe.Input{M: s.M, TopK: s.TopK, X: make([]float32, s.M*s.K), TopKIDs: make([]int32, s.M*s.TopK), TopKWeights: make([]float32, s.M*s.TopK)}
 	for i := range in.X {
 		in.X[i] = float32(rng.NormFloat64())
 	}

@@ -1,9 +1,10 @@
-package moe
+package validation
 
 import (
 	"encoding/binary"
 	"errors"
 	"flag"
+	"kimimoe/moe"
 	"math"
 	"os"
 	"path/filepath"
@@ -11,13 +12,13 @@ import (
 	"testing"
 
 	"kimimoe/activation"
-	"kimimoe/internal/safetensors"
 	"kimimoe/mxfp"
+	"kimimoe/safetensors"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
 
-func smallCase(t *testing.T, act activation.Kind, chain Chain, recipe mxfp.Recipe, seed uint64) *Case {
+func smallCase(t *testing.T, act activation.Kind, chain moe.Chain, recipe mxfp.Recipe, seed uint64) *Case {
 	t.Helper()
 	s := CaseSpec{Name: "small", M: 3, K: 64, N: 32, ELocal: 4, TopK: 2, Routing: RoutingMasked, Activation: act,
 		Chain: chain, Recipe: recipe, Seed: seed, WeightSeed: seed}
@@ -29,7 +30,7 @@ func smallCase(t *testing.T, act activation.Kind, chain Chain, recipe mxfp.Recip
 }
 
 func TestCaseFileRoundTrip(t *testing.T) {
-	c := smallCase(t, activation.SwigluBias, ChainFlashInfer, mxfp.RecipeFloor, 1)
+	c := smallCase(t, activation.SwigluBias, moe.ChainFlashInfer, mxfp.RecipeFloor, 1)
 	c.Spec.Params = []activation.Params{activation.DefaultParams(), activation.DefaultParams(), activation.DefaultParams(), activation.DefaultParams()}
 	c.Spec.Params[2].SwigluLimit = 5.5 // per-expert parameters survive
 	path := filepath.Join(t.TempDir(), "case.safetensors")
@@ -53,7 +54,7 @@ func TestCaseFileRoundTrip(t *testing.T) {
 // rawFile builds a case file by hand so each test can break one thing.
 func rawFile(t *testing.T, mutate func(ts map[string]*safetensors.Tensor, md map[string]string)) []byte {
 	t.Helper()
-	c := smallCase(t, activation.Situ, ChainMXFP8, mxfp.RecipeRCeil, 2)
+	c := smallCase(t, activation.Situ, moe.ChainMXFP8, mxfp.RecipeRCeil, 2)
 	list, md := c.Tensors()
 	ts := map[string]*safetensors.Tensor{}
 	var order []string
@@ -132,17 +133,17 @@ func TestBadCaseFiles(t *testing.T) {
 
 // Golden files: small cases with the oracle's float64 output "out_f64" and
 // the float32 "out" of `kimimoe run`. Any change to the oracle's numbers
-// shows here. Regenerate with: go test ./moe -run Golden -update
+// shows here. Regenerate with: go test ./validation -run Golden -update
 func TestGolden(t *testing.T) {
 	golden := []struct {
 		name   string
 		act    activation.Kind
-		chain  Chain
+		chain  moe.Chain
 		recipe mxfp.Recipe
 	}{
-		{"situ_mxfp8_rceil", activation.Situ, ChainMXFP8, mxfp.RecipeRCeil},
-		{"situ_flashinfer_rceil", activation.Situ, ChainFlashInfer, mxfp.RecipeRCeil},
-		{"swiglu_oai_exact_floor", activation.SwigluBias, ChainExact, mxfp.RecipeFloor},
+		{"situ_mxfp8_rceil", activation.Situ, moe.ChainMXFP8, mxfp.RecipeRCeil},
+		{"situ_flashinfer_rceil", activation.Situ, moe.ChainFlashInfer, mxfp.RecipeRCeil},
+		{"swiglu_oai_exact_floor", activation.SwigluBias, moe.ChainExact, mxfp.RecipeFloor},
 	}
 	for i, g := range golden {
 		path := filepath.Join("..", "testdata", "golden", g.name+".safetensors")

@@ -1,4 +1,4 @@
-package moe
+package validation
 
 import (
 	"math"

@@ -1,0 +1,220 @@
+// Package backendtest is the conformance suite every backend passes, for
+// use in tests (the pattern of net/http/httptest): a backend's test calls
+// RunConformance(t, b). It lives apart from package backend so that
+// programs importing backend do not link package testing.
+package backendtest
+
+import (
+	"errors"
+	"math"
+	"slices"
+	"testing"
+
+	"kimimoe/activation"
+	"kimimoe/backend"
+	"kimimoe/moe"
+	"kimimoe/mxfp"
+	"kimimoe/validation"
+)
+
+// RunConformance runs the one conformance suite on b:
+//
+//   - the smoke suite of the validation matrix (backend.Validate) for SiTU
+//     (rceil) and GPT-OSS SwiGLU (floor) on every chain, compared with the
+//     oracle on the same chain; what b does not claim must fail at Prepare
+//     with backend.ErrUnsupported;
+//   - every claimed activation with per-expert parameters, x given
+//     pre-quantized where claimed;
+//   - one prepared layer fed float x and pre-quantized x in turn, eagerly
+//     and (for a backend.GraphLayer) through its graph: each call's output
+//     must match the oracle for that call's input, so a graph recorded for
+//     one input form cannot replay on the other's stale buffers;
+//   - bad inputs are errors wrapping moe.ErrInput.
+//
+// With testing.Short it runs only the mxfp8 chain of the first part.
+func RunConformance(t *testing.T, b backend.Backend) {
+	caps := b.Capabilities()
+	t.Logf("backend %q on %s", b.Name(), caps.Device)
+	for _, chain := range moe.Chains() {
+		for _, v := range []struct {
+			act    activation.Kind
+			recipe mxfp.Recipe
+		}{{activation.Situ, mxfp.RecipeRCeil}, {activation.SwigluBias, mxfp.RecipeFloor}} {
+			name := v.act.String() + "/" + chain.String() + "/" + v.recipe.String()
+			supported := slices.Contains(caps.Chains, chain) && slices.Contains(caps.Activations, v.act) && slices.Contains(caps.Recipes, v.recipe)
+			t.Run(name, func(t *testing.T) {
+				if testing.Short() && chain != moe.ChainMXFP8 {
+					t.Skip("short: mxfp8 chain only")
+				}
+				res, err := backend.Validate(b, backend.ValidateOptions{Suite: "smoke", Activation: v.act, Chain: chain, Recipe: v.recipe})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range res {
+					switch {
+					case !supported && r.Status != backend.StatusUnsupported:
+						t.Errorf("%s: backend does not claim %s but gave %s (%s)", r.Name, name, r.Status, r.Detail)
+					case supported && !r.Passed():
+						t.Errorf("%s [%s]: %s %s: %v", r.Name, r.Shape, r.Status, r.Detail, r.Metrics)
+					}
+				}
+			})
+		}
+	}
+	// Every claimed activation, with per-expert parameters, and (where
+	// claimed) x given pre-quantized, on two small cases.
+	only := []string{"m8_uniform", "kimi_ep32_rank7_small"}
+	for _, act := range caps.Activations {
+		t.Run("activation_"+act.String(), func(t *testing.T) {
+			res, err := backend.Validate(b, backend.ValidateOptions{Suite: "smoke", Activation: act, Chain: caps.Chains[0],
+				Recipe: caps.Recipes[0], Only: only, PerExpertParams: true, PreQuantized: caps.PreQuantizedInput})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res) != len(only) {
+				t.Fatalf("%d results for %d cases", len(res), len(only))
+			}
+			for _, r := range res {
+				if !r.Passed() {
+					t.Errorf("%s [%s]: %s %s: %v", r.Name, r.Shape, r.Status, r.Detail, r.Metrics)
+				}
+			}
+		})
+	}
+	if caps.PreQuantizedInput {
+		t.Run("mixed_input_forms", func(t *testing.T) { checkMixedInputForms(t, b) })
+	}
+	t.Run("bad_input", func(t *testing.T) { checkBadInput(t, b) })
+}
+
+// smallCase generates a small SiTU case on the backend's first chain.
+func smallCase(t *testing.T, b backend.Backend, seed uint64) *validation.Case {
+	t.Helper()
+	s := validation.CaseSpec{Name: "conformance", M: 4, K: 128, N: 128, ELocal: 4, TopK: 2, Activation: activation.Situ,
+		Chain: b.Capabilities().Chains[0], Recipe: mxfp.RecipeRCeil, Seed: seed, WeightSeed: 1}
+	c, err := validation.GenerateCase(&s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// checkMixedInputForms feeds one prepared layer, in turn, float x, then a
+// different x pre-quantized, then float x again (and the reverse), eagerly
+// and through the graph; every output is compared with the oracle for that
+// call's own input. A backend that decided the input form once (at graph
+// capture) would replay the first form's buffers and fail here.
+func checkMixedInputForms(t *testing.T, b backend.Backend) {
+	c1, c2 := smallCase(t, b, 1), smallCase(t, b, 2) // same weights, different x and routing
+	layer, err := b.Prepare(c1.Weights, c1.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layer.Close()
+	k := c1.Weights.K
+	quantized := func(in moe.Input) moe.Input {
+		xq := mxfp.NewMXFP8Matrix(in.M, k)
+		xq.Quantize(in.X, c1.Spec.Recipe)
+		in.X, in.XQ = nil, xq
+		return in
+	}
+	type call struct {
+		name string
+		c    *validation.Case
+		in   moe.Input
+	}
+	calls := []call{
+		{"x float (case 1)", c1, c1.Input},
+		{"x quantized (case 2)", c2, quantized(c2.Input)},
+		{"x float (case 1) again", c1, c1.Input},
+		{"x quantized (case 1)", c1, quantized(c1.Input)},
+		{"x float (case 2)", c2, c2.Input},
+	}
+	gl, hasGraph := layer.(backend.GraphLayer)
+	for _, mode := range []string{"eager", "graph"} {
+		if mode == "graph" && !hasGraph {
+			continue
+		}
+		for _, cl := range calls {
+			want, err := cl.c.OracleForward(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := nanFilled(cl.in.M * k)
+			if mode == "graph" {
+				err = gl.ForwardGraph(got, &cl.in)
+			} else {
+				err = layer.Forward(got, &cl.in, nil)
+			}
+			if err != nil {
+				t.Fatalf("%s %s: %v", mode, cl.name, err)
+			}
+			m := validation.Compare(validation.Widen(got), want)
+			if m.Cosine < backend.MinCosine || !(m.NRMSE <= backend.MaxNRMSE) || m.NonFiniteMismatch > 0 {
+				t.Errorf("%s %s: output does not match this call's input: %v", mode, cl.name, m)
+			}
+		}
+	}
+}
+
+func nanFilled(n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(math.NaN())
+	}
+	return v
+}
+
+func checkBadInput(t *testing.T, b backend.Backend) {
+	c := smallCase(t, b, 1)
+	c.Input.M, c.Input.X = 2, c.Input.X[:2*c.Weights.K]
+	c.Input.TopKIDs, c.Input.TopKWeights = c.Input.TopKIDs[:2*c.Input.TopK], c.Input.TopKWeights[:2*c.Input.TopK]
+	layer, err := b.Prepare(c.Weights, c.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layer.Close()
+	out := make([]float32, 2*c.Weights.K)
+	try := func(what string, mutate func(in *moe.Input)) {
+		in := c.Input
+		in.TopKIDs = slices.Clone(in.TopKIDs)
+		in.TopKWeights = slices.Clone(in.TopKWeights)
+		mutate(&in)
+		if err := layer.Forward(out, &in, nil); !errors.Is(err, moe.ErrInput) {
+			t.Errorf("%s: got %v, want an error wrapping moe.ErrInput", what, err)
+		}
+	}
+	try("expert id out of range", func(in *moe.Input) { in.TopKIDs[1] = 4 })
+	try("expert id below -1", func(in *moe.Input) { in.TopKIDs[0] = -2 })
+	try("NaN routing weight", func(in *moe.Input) { in.TopKWeights[0] = float32(math.NaN()) })
+	try("short x", func(in *moe.Input) { in.X = in.X[:10] })
+	try("negative M", func(in *moe.Input) { in.M = -1 })
+	if err := layer.Forward(out[:5], &c.Input, nil); !errors.Is(err, moe.ErrInput) {
+		t.Errorf("short dst: got %v, want moe.ErrInput", err)
+	}
+	if err := layer.Forward(out, nil, nil); !errors.Is(err, moe.ErrInput) {
+		t.Errorf("nil input: got %v, want moe.ErrInput", err)
+	}
+	spec := c.Spec
+	spec.Activation = activation.Relu2 // not gated: FC1 rows do not match
+	if _, err := b.Prepare(c.Weights, spec); err == nil {
+		t.Error("Prepare accepted a non-gated activation for [up; gate] weights")
+	}
+	if _, err := b.Prepare(nil, c.Spec); err == nil {
+		t.Error("Prepare accepted nil weights")
+	}
+	// A closed layer refuses to run.
+	l2, err := b.Prepare(c.Weights, c.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := l2.Forward(out, &c.Input, nil); !errors.Is(err, backend.ErrClosed) {
+		t.Errorf("Forward after Close: %v, want backend.ErrClosed", err)
+	}
+	if err := l2.Close(); err != nil {
+		t.Errorf("second Close: %v, want nil", err)
+	}
+}

@@ -1,0 +1,13 @@
+package validation
+
+import "testing"
+
+// oracleOut runs the oracle on all of c's rows, failing the test on error.
+func oracleOut(t *testing.T, c *Case) []float64 {
+	t.Helper()
+	out, err := c.OracleForward(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
