@@ -7,9 +7,9 @@ import (
 	"kimimoe/internal/testref"
 )
 
-// ABI values and the gated set: DESIGN.md "Activations", read from
-// FlashInfer 0.6.18 (flashinfer/tllm_enums.py with PR #4460) and its C++
-// isGatedActivation.
+// ABI values and the gated set, read from FlashInfer 0.6.18
+// (flashinfer/tllm_enums.py with PR #4460) and its C++ isGatedActivation
+// (docs/CONTRACT.md "Activations").
 func TestABIValuesAndGatedTable(t *testing.T) {
 	want := []struct {
 		k     Kind
@@ -26,16 +26,30 @@ func TestABIValuesAndGatedTable(t *testing.T) {
 		t.Fatalf("Kinds() has %d entries, want %d", len(Kinds()), len(want))
 	}
 	for _, w := range want {
-		if int(w.k) != w.value || w.k.String() != w.name || w.k.IsGated() != w.gated || !w.k.Valid() {
-			t.Errorf("%v: value %d name %q gated %v, want %d %q %v", w.k, int(w.k), w.k.String(), w.k.IsGated(), w.value, w.name, w.gated)
+		if w.k.FlashInferABI() != w.value || w.k.String() != w.name || w.k.IsGated() != w.gated || !w.k.Valid() {
+			t.Errorf("%v: value %d name %q gated %v, want %d %q %v", w.k, w.k.FlashInferABI(), w.k.String(), w.k.IsGated(), w.value, w.name, w.gated)
 		}
 		k, err := ParseKind(w.name)
 		if err != nil || k != w.k {
 			t.Errorf("ParseKind(%q) = %v, %v", w.name, k, err)
 		}
+		if k, err := KindFromFlashInferABI(w.value); err != nil || k != w.k {
+			t.Errorf("KindFromFlashInferABI(%d) = %v, %v", w.value, k, err)
+		}
 	}
-	if int(InvalidType) != 11 || InvalidType.Valid() {
+	if InvalidType.FlashInferABI() != 11 || InvalidType.Valid() {
 		t.Error("InvalidType must be 11 and not valid")
+	}
+	if _, err := KindFromFlashInferABI(11); err == nil {
+		t.Error("KindFromFlashInferABI(11) (InvalidType) must fail")
+	}
+	// The zero value is no kind: a forgotten activation is caught.
+	var zero Kind
+	if zero.Valid() || zero.FlashInferABI() != -1 || zero.String() != "unset" {
+		t.Errorf("zero Kind: valid %v, ABI %d, %q", zero.Valid(), zero.FlashInferABI(), zero)
+	}
+	if err := DefaultParams().Validate(zero); err == nil {
+		t.Error("Validate(zero Kind) must fail")
 	}
 	for _, bad := range []string{"", "invalid", "swish", "situ2"} {
 		if k, err := ParseKind(bad); err == nil {

@@ -4,12 +4,17 @@
 //
 // # Kinds and ABI values
 //
-// The integer values are FlashInfer 0.6.18's ActivationType (with PR #4460),
-// which moved between versions; the Kimi-K3 seed's first bug was Python
-// Situ=10 meeting a C++ enum where 10 was InvalidType. Here:
+// Kind.FlashInferABI gives FlashInfer 0.6.18's ActivationType value (with
+// PR #4460); those values moved between FlashInfer versions, and the first
+// bug of the SM120 MoE work this project grew from was Python's Situ=10
+// meeting a C++ enum where 10 was InvalidType. The values:
 //
 //	Gelu=0 Relu=1 Silu=2 Swiglu=3 Geglu=4 SwigluBias=5 Relu2=6
 //	SwigluStep=7 GegluTanh=8 Identity=9 Situ=10 InvalidType=11
+//
+// Kind's own values are not these: its zero value is no kind at all, so a
+// forgotten activation fails at the first call (Valid, Params.Validate,
+// Eval) instead of silently meaning Gelu.
 //
 // Gated kinds read two inputs per output, gate and up; FC1 then produces 2N
 // rows per expert laid out [up; gate] (rows 0..N-1 up, N..2N-1 gate). The

@@ -13,7 +13,7 @@ func gelu(x float64) float64 { return x / 2 * math.Erfc(-x/math.Sqrt2) }
 const geluTanhK = 0.7978845608028654
 
 func geluTanh(x float64) float64 {
-	return x * sigmoid(2*geluTanhK*(x+0.044715*x*x*x))
+	return x * sigmoid(2*geluTanhK*(x+float64(0.044715*x*x*x)))
 }
 
 func clamp(x, lo, hi float64) float64 { return math.Min(math.Max(x, lo), hi) }
@@ -85,7 +85,7 @@ func Eval32(k Kind, p *Params, gate, up float32) float32 {
 	case Geglu:
 		return g / 2 * erfc32(-g/math.Sqrt2) * up
 	case GegluTanh:
-		return g * sigmoid32(2*geluTanhK*(g+0.044715*g*g*g)) * up
+		return g * sigmoid32(2*geluTanhK*(g+float32(0.044715*g*g*g))) * up
 	case SwigluBias:
 		lim := float32(p.SwigluLimit)
 		g = min32(g, lim)

@@ -71,7 +71,6 @@ func TestGoBackendAgainstNumpy(t *testing.T) {
 			}
 		}
 		layer.Close()
-		c.Close()
 	}
 }
 

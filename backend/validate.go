@@ -119,15 +119,19 @@ func Validate(b Backend, opts ValidateOptions) ([]Result, error) {
 		start := time.Now()
 		r := Result{Name: s.Name, Shape: s.Shape()}
 		key := weightKey{s.WeightSeed, s.K, s.N, s.ELocal, s.Activation.IsGated(), s.LayerSpec().EP}
-		w := weights[key]
-		if w == nil {
-			w = validation.GenerateWeights(s)
-			weights[key] = w
-		}
 		if opts.PerExpertParams {
 			s.Params = perExpertParams(s.ELocal)
 		}
-		c, err := validation.GenerateCase(s, w)
+		w := weights[key]
+		var err error
+		if w == nil {
+			w, err = validation.GenerateWeights(s)
+			weights[key] = w
+		}
+		var c *validation.Case
+		if err == nil {
+			c, err = validation.GenerateCase(s, w)
+		}
 		if err == nil {
 			err = runCase(&r, b, c, s, key, layers, oracles, opts)
 		}

@@ -43,6 +43,5 @@ func TestOracleAgainstNumpy(t *testing.T) {
 		if rms == 0 || worst > 1e-12*rms {
 			t.Errorf("%s: oracle differs from numpy by %.3g (RMS %.3g)", p, worst, rms)
 		}
-		c.Close()
 	}
 }

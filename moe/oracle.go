@@ -140,7 +140,7 @@ func dotRow(w []int8, wScales []uint8, x qrow) float64 {
 	acc := 0.0
 	for b, s := range wScales {
 		d := dot32((*[32]int8)(w[b*32:]), (*[32]int32)(x.v[b*32:]))
-		acc += float64(d) * scaleW[s] * x.scale[b]
+		acc += float64(float64(d) * scaleW[s] * x.scale[b]) // float64(): no fused multiply-add (arm64)
 	}
 	return acc
 }
@@ -151,9 +151,9 @@ func dotRowFloat(w []int8, wScales []uint8, a []float64) float64 {
 	for b, s := range wScales {
 		blk := 0.0
 		for i, v := range w[b*32 : b*32+32] {
-			blk += float64(v) * a[b*32+i]
+			blk += float64(float64(v) * a[b*32+i])
 		}
-		acc += blk * scaleW[s]
+		acc += float64(blk * scaleW[s])
 	}
 	return acc
 }
@@ -244,7 +244,7 @@ func (o *Oracle) Forward(out []float64, in *Input, rows []int) error {
 			}
 			wt := float64(in.TopKWeights[t*in.TopK+k])
 			for j, v := range y[i][k] {
-				dst[j] += wt * v
+				dst[j] += float64(wt * v)
 			}
 		}
 	}

@@ -147,7 +147,7 @@ var (
 			case e == 0:
 				v = math.Ldexp(float64(m), -9)
 			default:
-				v = math.Ldexp(1+float64(m)/8, e-7)
+				v = math.Ldexp(1+float64(float64(m)/8), e-7)
 			}
 			if c&0x80 != 0 {
 				v = -v
@@ -161,7 +161,7 @@ var (
 			e, m := (c>>1)&3, c&1
 			v := math.Ldexp(float64(m), -1)
 			if e != 0 {
-				v = math.Ldexp(1+float64(m)/2, e-1)
+				v = math.Ldexp(1+float64(float64(m)/2), e-1)
 			}
 			if c&8 != 0 {
 				v = -v

@@ -1,12 +1,33 @@
 // Package safetensors reads and writes the safetensors container: an 8-byte
-// little-endian header length, a JSON header naming each tensor's dtype, shape
-// and byte range, then the raw little-endian data. It is the format PyTorch
-// tools dump, and kimimoe uses it for case files and reference vectors.
+// little-endian header length, a JSON header naming each tensor's dtype,
+// shape and byte range, then the raw little-endian data. It is the format
+// PyTorch tools dump; kimimoe uses it for case files, checkpoints and
+// reference vectors.
 //
-// Parse checks everything the header claims against the bytes it has: a
-// header longer than the file, an unknown dtype, a byte range outside the data
-// or of the wrong size for the shape, overlapping ranges. Each failure is an
-// error wrapping ErrFormat that names the tensor or key at fault.
+// # Strictness
+//
+// Parse and Open check everything the header claims against the bytes
+// there are, and follow the format's rules exactly: the header is one JSON
+// object starting with '{', padded at its end with spaces (0x20) only; no
+// key appears twice (neither a tensor nor __metadata__, nor a metadata
+// key); __metadata__ maps strings to strings; every dtype is known; each
+// tensor's byte range has the size its shape needs; the ranges cover the
+// data buffer exactly, with no overlap, no hole and nothing after the last.
+// The header is at most MaxHeaderBytes and names at most MaxTensors
+// tensors. Each failure is an error wrapping ErrFormat that names the
+// tensor or key at fault.
+//
+// # Files
+//
+// Open parses a file's header and reads tensors on demand (Reader.Tensor),
+// so a reader of a large checkpoint touches only what it asks for. On
+// Unix the file is memory-mapped and each tensor copied out of the mapping
+// with faults turned into errors (a file truncated while it is read gives
+// an error naming it, not SIGBUS); elsewhere it is read with ReadAt.
+// Non-regular files (directories, FIFOs, devices) are refused at open
+// without blocking. WriteFile writes atomically through a temporary file
+// in the target's directory and never replaces anything but a regular
+// file.
 package safetensors
 
 import (
@@ -23,9 +44,14 @@ import (
 // ErrFormat is wrapped by every error about malformed safetensors data.
 var ErrFormat = errors.New("safetensors: malformed file")
 
-// maxHeader bounds the JSON header so a lying length cannot make Parse
-// allocate without limit (the reference implementation uses 100 MB).
-const maxHeader = 100 << 20
+// Limits on what a header may claim, so that a lying header cannot make a
+// reader allocate without bound. MaxHeaderBytes is the reference
+// implementation's 100 MB; MaxTensors is far above any real file (a
+// Kimi-K3 shard holds a few thousand tensors).
+const (
+	MaxHeaderBytes = 100_000_000
+	MaxTensors     = 1 << 18
+)
 
 // DType is a tensor element type, spelled as in the safetensors header.
 type DType string
@@ -102,78 +128,215 @@ type entry struct {
 	Offsets []int64 `json:"data_offsets"`
 }
 
-// Parse reads a whole safetensors file held in data. Tensor data aliases data.
-func Parse(data []byte) (*File, error) {
-	if len(data) < 8 {
-		return nil, fmt.Errorf("%w: %d bytes is shorter than the 8-byte header length", ErrFormat, len(data))
+// Header is a parsed header: the tensors in data order, with their byte
+// ranges relative to the start of the data buffer, and the metadata.
+type Header struct {
+	Entries  []Entry
+	Metadata map[string]string
+	// DataOffset is where the data buffer starts in the file (8 + header
+	// length); DataSize is its length.
+	DataOffset, DataSize int64
+}
+
+// Entry is one tensor's header entry.
+type Entry struct {
+	Name   string
+	DType  DType
+	Shape  []int
+	Lo, Hi int64 // byte range in the data buffer
+}
+
+// Find returns the named entry, or nil.
+func (h *Header) Find(name string) *Entry {
+	for i := range h.Entries {
+		if h.Entries[i].Name == name {
+			return &h.Entries[i]
+		}
 	}
-	hlen := binary.LittleEndian.Uint64(data)
-	if hlen > maxHeader || hlen > uint64(len(data)-8) {
-		return nil, fmt.Errorf("%w: header length %d exceeds the %d bytes that follow it (truncated file?)", ErrFormat, hlen, len(data)-8)
+	return nil
+}
+
+func formatErr(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrFormat}, a...)...)
+}
+
+// headerLength reads and checks the 8-byte header length against the file
+// size.
+func headerLength(prefix []byte, fileSize int64) (int64, error) {
+	if fileSize < 8 || len(prefix) < 8 {
+		return 0, formatErr("%d bytes is shorter than the 8-byte header length", fileSize)
 	}
-	body := data[8+hlen:]
-	var raw map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(data[8 : 8+hlen]))
+	hlen := binary.LittleEndian.Uint64(prefix)
+	if hlen > MaxHeaderBytes {
+		return 0, formatErr("header length %d is over the %d-byte limit", hlen, MaxHeaderBytes)
+	}
+	if int64(hlen) > fileSize-8 {
+		return 0, formatErr("header length %d exceeds the %d bytes that follow it (truncated file?)", hlen, fileSize-8)
+	}
+	return int64(hlen), nil
+}
+
+// parseHeader parses and checks the JSON header h for a data buffer of
+// dataSize bytes.
+func parseHeader(h []byte, dataSize int64) (*Header, error) {
+	if len(h) == 0 || h[0] != '{' {
+		return nil, formatErr("header does not start with '{'")
+	}
+	dec := json.NewDecoder(bytes.NewReader(h))
 	dec.UseNumber()
-	if err := dec.Decode(&raw); err != nil {
-		return nil, fmt.Errorf("%w: header is not a JSON object: %v", ErrFormat, err)
+	if _, err := dec.Token(); err != nil {
+		return nil, formatErr("header is not a JSON object: %v", err)
 	}
-	f := &File{Metadata: map[string]string{}}
-	type span struct {
-		lo, hi int64
-		name   string
-	}
-	var spans []span
-	for name, msg := range raw {
+	hd := &Header{Metadata: map[string]string{}, DataSize: dataSize}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, formatErr("header is not a JSON object: %v", err)
+		}
+		name, _ := tok.(string)
+		if seen[name] {
+			return nil, formatErr("key %q appears twice in the header", name)
+		}
+		seen[name] = true
 		if name == "__metadata__" {
-			if err := json.Unmarshal(msg, &f.Metadata); err != nil {
-				return nil, fmt.Errorf("%w: __metadata__ must map strings to strings: %v", ErrFormat, err)
+			if hd.Metadata, err = decodeMetadata(dec); err != nil {
+				return nil, err
 			}
 			continue
 		}
+		if len(hd.Entries) == MaxTensors {
+			return nil, formatErr("header names more than %d tensors", MaxTensors)
+		}
 		var e entry
-		if err := json.Unmarshal(msg, &e); err != nil {
-			return nil, fmt.Errorf("%w: tensor %q: bad header entry: %v", ErrFormat, name, err)
+		if err := dec.Decode(&e); err != nil {
+			return nil, formatErr("tensor %q: bad header entry: %v", name, err)
 		}
-		if e.DType.Size() == 0 {
-			return nil, fmt.Errorf("%w: tensor %q: unknown dtype %q", ErrFormat, name, e.DType)
+		en, err := checkEntry(name, e, dataSize)
+		if err != nil {
+			return nil, err
 		}
-		if len(e.Offsets) != 2 {
-			return nil, fmt.Errorf("%w: tensor %q: data_offsets must hold 2 numbers, has %d", ErrFormat, name, len(e.Offsets))
-		}
-		n := int64(1)
-		for _, d := range e.Shape {
-			if d < 0 {
-				return nil, fmt.Errorf("%w: tensor %q: negative dimension in shape %v", ErrFormat, name, e.Shape)
-			}
-			if d > 0 && n > math.MaxInt64/int64(d)/8 {
-				return nil, fmt.Errorf("%w: tensor %q: shape %v is too large", ErrFormat, name, e.Shape)
-			}
-			n *= int64(d)
-		}
-		lo, hi := e.Offsets[0], e.Offsets[1]
-		if lo < 0 || hi < lo || hi > int64(len(body)) {
-			return nil, fmt.Errorf("%w: tensor %q: data_offsets [%d, %d] fall outside the %d data bytes (truncated file?)", ErrFormat, name, lo, hi, len(body))
-		}
-		if want := n * int64(e.DType.Size()); hi-lo != want {
-			return nil, fmt.Errorf("%w: tensor %q: %d data bytes, but shape %v of %s needs %d", ErrFormat, name, hi-lo, e.Shape, e.DType, want)
-		}
-		spans = append(spans, span{lo, hi, name})
-		f.Tensors = append(f.Tensors, &Tensor{Name: name, DType: e.DType, Shape: append([]int{}, e.Shape...), Data: body[lo:hi:hi]})
+		hd.Entries = append(hd.Entries, en)
 	}
-	sort.Slice(spans, func(i, j int) bool {
-		return spans[i].lo < spans[j].lo || spans[i].lo == spans[j].lo && spans[i].name < spans[j].name
+	if _, err := dec.Token(); err != nil { // the closing '}'
+		return nil, formatErr("header is not a JSON object: %v", err)
+	}
+	for _, c := range h[dec.InputOffset():] {
+		if c != ' ' {
+			return nil, formatErr("header has bytes other than space padding after its JSON object (byte 0x%02x)", c)
+		}
+	}
+	// Data order; the ranges must tile [0, dataSize) exactly.
+	sort.SliceStable(hd.Entries, func(i, j int) bool {
+		a, b := &hd.Entries[i], &hd.Entries[j]
+		return a.Lo < b.Lo || a.Lo == b.Lo && a.Hi < b.Hi
 	})
-	byName := map[string]*Tensor{}
-	for _, t := range f.Tensors {
-		byName[t.Name] = t
-	}
-	f.Tensors = f.Tensors[:0]
-	for i, sp := range spans {
-		if i > 0 && sp.lo < spans[i-1].hi {
-			return nil, fmt.Errorf("%w: tensors %q and %q overlap", ErrFormat, spans[i-1].name, sp.name)
+	var next int64
+	prev := ""
+	for _, e := range hd.Entries {
+		switch {
+		case e.Lo < next:
+			return nil, formatErr("tensors %q and %q overlap", prev, e.Name)
+		case e.Lo > next:
+			return nil, formatErr("data bytes [%d, %d) before tensor %q belong to no tensor (a hole in the data buffer)", next, e.Lo, e.Name)
 		}
-		f.Tensors = append(f.Tensors, byName[sp.name])
+		next, prev = e.Hi, e.Name
+	}
+	if next != dataSize {
+		return nil, formatErr("%d data bytes after the last tensor belong to no tensor (the data buffer is %d bytes, the tensors cover %d)", dataSize-next, dataSize, next)
+	}
+	return hd, nil
+}
+
+// decodeMetadata reads the __metadata__ object: string keys, each once,
+// to string values.
+func decodeMetadata(dec *json.Decoder) (map[string]string, error) {
+	md := map[string]string{}
+	bad := func(why string) error { return formatErr("__metadata__ must map strings to strings: %s", why) }
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, bad("not an object")
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, bad(err.Error())
+		}
+		key, _ := tok.(string)
+		if _, dup := md[key]; dup {
+			return nil, formatErr("__metadata__ key %q appears twice", key)
+		}
+		tok, err = dec.Token()
+		if err != nil {
+			return nil, bad(err.Error())
+		}
+		v, ok := tok.(string)
+		if !ok {
+			return nil, bad(fmt.Sprintf("key %q has a %T value", key, tok))
+		}
+		md[key] = v
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, bad(err.Error())
+	}
+	return md, nil
+}
+
+func checkEntry(name string, e entry, dataSize int64) (Entry, error) {
+	if e.DType.Size() == 0 {
+		return Entry{}, formatErr("tensor %q: unknown dtype %q", name, e.DType)
+	}
+	if len(e.Offsets) != 2 {
+		return Entry{}, formatErr("tensor %q: data_offsets must hold 2 numbers, has %d", name, len(e.Offsets))
+	}
+	n := int64(1)
+	for _, d := range e.Shape {
+		if d < 0 {
+			return Entry{}, formatErr("tensor %q: negative dimension in shape %v", name, e.Shape)
+		}
+		if d > 0 && n > math.MaxInt64/int64(d)/8 {
+			return Entry{}, formatErr("tensor %q: shape %v is too large", name, e.Shape)
+		}
+		n *= int64(d)
+	}
+	lo, hi := e.Offsets[0], e.Offsets[1]
+	if lo < 0 || hi < lo || hi > dataSize {
+		return Entry{}, formatErr("tensor %q: data_offsets [%d, %d] fall outside the %d data bytes (truncated file?)", name, lo, hi, dataSize)
+	}
+	if want := n * int64(e.DType.Size()); hi-lo != want {
+		return Entry{}, formatErr("tensor %q: %d data bytes, but shape %v of %s needs %d", name, hi-lo, e.Shape, e.DType, want)
+	}
+	return Entry{Name: name, DType: e.DType, Shape: append([]int{}, e.Shape...), Lo: lo, Hi: hi}, nil
+}
+
+// ParseHeader parses the header of a file of fileSize bytes from prefix,
+// which must hold at least its first 8 + header-length bytes.
+func ParseHeader(prefix []byte, fileSize int64) (*Header, error) {
+	hlen, err := headerLength(prefix, fileSize)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(prefix)) < 8+hlen {
+		return nil, formatErr("header of %d bytes, but only %d given", hlen, len(prefix)-8)
+	}
+	h, err := parseHeader(prefix[8:8+hlen], fileSize-8-hlen)
+	if err != nil {
+		return nil, err
+	}
+	h.DataOffset = 8 + hlen
+	return h, nil
+}
+
+// Parse reads a whole safetensors file held in data. Tensor data aliases
+// data.
+func Parse(data []byte) (*File, error) {
+	h, err := ParseHeader(data, int64(len(data)))
+	if err != nil {
+		return nil, err
+	}
+	body := data[h.DataOffset:]
+	f := &File{Metadata: h.Metadata, Tensors: make([]*Tensor, len(h.Entries))}
+	for i, e := range h.Entries {
+		f.Tensors[i] = &Tensor{Name: e.Name, DType: e.DType, Shape: e.Shape, Data: body[e.Lo:e.Hi:e.Hi]}
 	}
 	return f, nil
 }

@@ -40,38 +40,26 @@ type Case struct {
 	Spec    moe.LayerSpec
 	Input   moe.Input
 	Extra   map[string]*safetensors.Tensor
-	closer  func() error
 }
 
-// Close releases the file mapping of a case from ReadCase (its weights and
-// inputs alias it). It is a no-op for other cases.
-func (c *Case) Close() error {
-	if c.closer == nil {
-		return nil
-	}
-	err := c.closer()
-	c.closer = nil
-	return err
-}
-
-// ReadCase memory-maps and parses a case file. Large U8 tensors (weights)
-// are not copied. Every problem is an error wrapping ErrCaseFile (or
-// safetensors.ErrFormat for the container) that names the tensor or key.
+// ReadCase reads and parses a case file into memory (safetensors.ReadFile:
+// a file truncated or replaced while it is read is an error, not a crash).
+// Every problem is an error wrapping ErrCaseFile (or safetensors.ErrFormat
+// for the container, safetensors.ErrNotRegular for a directory or FIFO)
+// that names the file and the tensor or key.
 func ReadCase(path string) (*Case, error) {
-	m, err := safetensors.Open(path)
+	f, err := safetensors.ReadFile(path)
 	if err != nil {
 		if errors.Is(err, safetensors.ErrFormat) {
 			return nil, fmt.Errorf("%w: %w", ErrCaseFile, err)
 		}
 		return nil, err
 	}
-	c, err := caseFromFile(m.File)
+	c, err := caseFromFile(f)
 	if err != nil {
-		m.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	c.Name = path
-	c.closer = m.Close
 	return c, nil
 }
 

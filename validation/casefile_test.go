@@ -41,7 +41,6 @@ func TestCaseFileRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer back.Close()
 	if back.Spec.Activation != c.Spec.Activation || back.Spec.Chain != c.Spec.Chain || back.Spec.Recipe != c.Spec.Recipe ||
 		len(back.Spec.Params) != 4 || back.Spec.Params[2].SwigluLimit != 5.5 || back.Spec.Params[1].SwigluLimit != 7 {
 		t.Fatalf("spec changed: %+v", back.Spec)
@@ -179,6 +178,23 @@ func TestGolden(t *testing.T) {
 		if nonzero < len(want)/2 {
 			t.Errorf("%s: golden output is mostly zero (%d of %d nonzero): a weak test", g.name, nonzero, len(want))
 		}
-		c.Close()
+	}
+}
+
+// The zero CaseSpec is caught at the first call, with the field named
+// (before, GenerateCase(&CaseSpec{}) returned no error and failed later).
+func TestZeroCaseSpec(t *testing.T) {
+	_, err := GenerateCase(&CaseSpec{}, nil)
+	if err == nil || !strings.Contains(err.Error(), "CaseSpec.K") {
+		t.Fatalf("GenerateCase(&CaseSpec{}): %v, want an error naming CaseSpec.K", err)
+	}
+	s := CaseSpec{Name: "no-activation", M: 1, K: 64, N: 32, ELocal: 2, TopK: 1, Chain: moe.ChainMXFP8, Recipe: mxfp.RecipeRCeil}
+	if _, err := GenerateCase(&s, nil); err == nil || !strings.Contains(err.Error(), "CaseSpec.Activation") {
+		t.Fatalf("spec without an activation: %v, want an error naming CaseSpec.Activation", err)
+	}
+	var spec moe.LayerSpec
+	w := moe.NewWeights(1, 32, 32, true)
+	if err := spec.Validate(w); err == nil || !strings.Contains(err.Error(), "LayerSpec.Activation") {
+		t.Fatalf("zero LayerSpec: %v, want an error naming LayerSpec.Activation", err)
 	}
 }

@@ -59,11 +59,68 @@ func (s *CaseSpec) LayerSpec() moe.LayerSpec {
 	return moe.LayerSpec{Activation: s.Activation, Params: ps, Chain: s.Chain, Recipe: s.Recipe, EP: s.EP.Normalize()}
 }
 
+// Validate checks the spec; the zero CaseSpec is invalid, and the error
+// names the first field that is wrong.
+func (s *CaseSpec) Validate() error {
+	bad := func(field string, format string, a ...any) error {
+		return fmt.Errorf("validation: case %q: CaseSpec.%s %s", s.Name, field, fmt.Sprintf(format, a...))
+	}
+	switch {
+	case s.M < 0:
+		return bad("M", "= %d is negative", s.M)
+	case s.K < 32 || s.K%32 != 0:
+		return bad("K", "= %d, want a positive multiple of 32", s.K)
+	case s.N < 32 || s.N%32 != 0:
+		return bad("N", "= %d, want a positive multiple of 32", s.N)
+	case s.ELocal < 1:
+		return bad("ELocal", "= %d, want at least 1 local expert", s.ELocal)
+	case s.TopK < 1:
+		return bad("TopK", "= %d, want at least 1", s.TopK)
+	case !s.Activation.Valid():
+		return bad("Activation", "is %v, want a valid activation.Kind", s.Activation)
+	case s.Chain < moe.ChainExact || s.Chain > moe.ChainFlashInfer:
+		return bad("Chain", "is %v, want exact, mxfp8 or flashinfer", s.Chain)
+	case s.Recipe != mxfp.RecipeFloor && s.Recipe != mxfp.RecipeRCeil:
+		return bad("Recipe", "is %v, want floor or rceil", s.Recipe)
+	case s.LocalSlots < 0:
+		return bad("LocalSlots", "= %d is negative", s.LocalSlots)
+	}
+	global, err := s.EP.NumGlobal(s.ELocal)
+	if err != nil {
+		return fmt.Errorf("validation: case %q: CaseSpec.EP: %w", s.Name, err)
+	}
+	if s.TopK > global || s.LocalSlots > s.TopK || s.LocalSlots > s.ELocal || s.TopK-s.LocalSlots > global-s.ELocal && s.LocalSlots > 0 {
+		return fmt.Errorf("validation: case %q: top-%d with %d local slots does not fit %d local of %d experts", s.Name, s.TopK, s.LocalSlots, s.ELocal, global)
+	}
+	if s.M > 0 && (s.M > math.MaxInt/s.K/4 || s.M > math.MaxInt/s.TopK) {
+		return bad("M", "= %d overflows the case's sizes", s.M)
+	}
+	return nil
+}
+
+// Bytes estimates the memory GenerateCase and the oracle need for the case:
+// x, routing, the weights and the oracle's decoded weights (one byte per
+// element), and the oracle's per-pair intermediate buffers.
+func (s *CaseSpec) Bytes() float64 {
+	gated := 1.0
+	if s.Activation.IsGated() {
+		gated = 2
+	}
+	weights := float64(s.ELocal) * (gated + 1) * float64(s.N) * float64(s.K) * (0.5 + 1.0/32 + 1)
+	inputs := float64(s.M) * float64(s.K) * (4 + 8 + 1)
+	pairs := float64(s.M) * float64(s.TopK) * float64(8+8*s.K)
+	return float64(weights) + float64(inputs) + float64(pairs)
+}
+
 // GenerateWeights makes random MXFP4 weights for spec: uniform random E2M1
 // codes; E8M0 scales spread over three binades around a level chosen so that
 // GEMM1 outputs have an RMS near 3 (where SiTU's gate is neither linear nor
 // saturated) and expert outputs near 1, for x ~ N(0, 1).
-func GenerateWeights(s *CaseSpec) *moe.Weights {
+// It returns an error for an invalid spec.
+func GenerateWeights(s *CaseSpec) (*moe.Weights, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
 	w := moe.NewWeights(s.ELocal, s.N, s.K, s.Activation.IsGated())
 	src := rand.NewChaCha8(seedBytes(s.WeightSeed, 0x77))
 	src.Read(w.W31)
@@ -74,7 +131,7 @@ func GenerateWeights(s *CaseSpec) *moe.Weights {
 	s2 := int(math.Round(math.Log2(1 / (4 * e2m1RMS * math.Sqrt(float64(s.N))))))
 	fillScales(src, w.W31Scale, s1)
 	fillScales(src, w.W2Scale, s2)
-	return w
+	return w, nil
 }
 
 func fillScales(src *rand.ChaCha8, dst []uint8, level int) {
@@ -93,17 +150,20 @@ func seedBytes(seed uint64, salt byte) (b [32]byte) {
 // GenerateCase builds the case for spec, with weights w (from
 // GenerateWeights for the same shape; nil to generate them).
 func GenerateCase(s *CaseSpec, w *moe.Weights) (*Case, error) {
-	if w == nil {
-		w = GenerateWeights(s)
-	}
-	ep := s.EP.Normalize()
-	if err := ep.Validate(); err != nil {
+	if err := s.Validate(); err != nil {
 		return nil, err
 	}
-	global := s.ELocal * ep.Size
-	if s.TopK > global || s.LocalSlots > s.TopK || s.LocalSlots > s.ELocal || s.TopK-s.LocalSlots > global-s.ELocal && s.LocalSlots > 0 {
-		return nil, fmt.Errorf("moe: case %s: top-%d with %d local slots does not fit %d local of %d experts", s.Name, s.TopK, s.LocalSlots, s.ELocal, global)
+	if w == nil {
+		var err error
+		if w, err = GenerateWeights(s); err != nil {
+			return nil, err
+		}
+	} else if w.E != s.ELocal || w.N != s.N || w.K != s.K || w.Gated != s.Activation.IsGated() {
+		return nil, fmt.Errorf("validation: case %q: weights are E=%d N=%d K=%d gated=%v, the spec wants E=%d N=%d K=%d gated=%v",
+			s.Name, w.E, w.N, w.K, w.Gated, s.ELocal, s.N, s.K, s.Activation.IsGated())
 	}
+	ep := s.EP.Normalize()
+	global := s.ELocal * ep.Size
 	rng := rand.New(rand.NewPCG(s.Seed, 0x6b696d69))
 	in := moe.Input{M: s.M, TopK: s.TopK, X: make([]float32, s.M*s.K), TopKIDs: make([]int32, s.M*s.TopK), TopKWeights: make([]float32, s.M*s.TopK)}
 	for i := range in.X {
@@ -158,7 +218,7 @@ func GenerateCase(s *CaseSpec, w *moe.Weights) (*Case, error) {
 		wt := in.TopKWeights[t*s.TopK : (t+1)*s.TopK]
 		sum := float32(0)
 		for k := range wt {
-			wt[k] = 0.05 + 0.95*rng.Float32()
+			wt[k] = 0.05 + float32(0.95*rng.Float32())
 			sum += wt[k]
 		}
 		for k := range wt {

@@ -45,10 +45,10 @@ func Compare(got, ref []float64) Metrics {
 		}
 		finite++
 		d := g - r
-		dot += g * r
-		gg += g * g
-		rr += r * r
-		dd += d * d
+		dot += float64(g * r) // float64(): the same sums on every GOARCH (no FMA)
+		gg += float64(g * g)
+		rr += float64(r * r)
+		dd += float64(d * d)
 		sumAbs += math.Abs(d)
 		m.MaxAbs = math.Max(m.MaxAbs, math.Abs(d))
 	}
@@ -96,7 +96,7 @@ func AllClose(got, ref []float64, rtol, atol float64) (bool, int) {
 			if g != r {
 				return false, i
 			}
-		case math.Abs(g-r) > atol+rtol*math.Abs(r):
+		case math.Abs(g-r) > atol+float64(rtol*math.Abs(r)):
 			return false, i
 		}
 	}

@@ -78,7 +78,11 @@ func runBench(args []string) error {
 	spec := validation.KimiEP32Rank7(activation.Situ, chain, mxfp.RecipeRCeil)
 	p := newProgress()
 	p.update("generating Kimi EP32 rank-7 weights (28 experts)")
-	w := validation.GenerateWeights(&spec)
+	w, err := validation.GenerateWeights(&spec)
+	if err != nil {
+		p.done()
+		return err
+	}
 	p.update("preparing the layer on %s", b.Name())
 	layer, err := b.Prepare(w, spec.LayerSpec())
 	if err != nil {

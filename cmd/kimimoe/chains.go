@@ -31,8 +31,11 @@ func runChains(args []string) error {
 		return err
 	}
 	kimi := moe.KimiK3()
-	base := validation.KimiEP32Rank7(act, 0, recipe) // the chain is set per oracle below
-	w := validation.GenerateWeights(&base)
+	base := validation.KimiEP32Rank7(act, moe.ChainExact, recipe) // the chain is set per oracle below
+	w, err := validation.GenerateWeights(&base)
+	if err != nil {
+		return err
+	}
 	oracles := map[moe.Chain]*moe.Oracle{}
 	for _, c := range moe.Chains() {
 		s := base

@@ -52,12 +52,11 @@ func TestRunGoldenCase(t *testing.T) {
 		t.Fatal(err)
 	}
 	read := func(path, name string) []float32 {
-		m, err := safetensors.Open(path)
+		f, err := safetensors.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer m.Close()
-		v, err := m.Get(name).Float32s()
+		v, err := f.Get(name).Float32s()
 		if err != nil {
 			t.Fatal(err)
 		}

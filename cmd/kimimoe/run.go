@@ -25,7 +25,6 @@ func runRun(args []string) error {
 	if err != nil {
 		return err
 	}
-	defer c.Close()
 	b, err := backend.Open(*name)
 	if err != nil {
 		return err

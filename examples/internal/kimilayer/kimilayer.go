@@ -30,7 +30,10 @@ func Run(m int, backendName string) error {
 	// Synthetic weights for this rank's experts (seeded random MXFP4).
 	spec := validation.CaseSpec{Name: "example", K: kimi.K, N: kimi.N, ELocal: eLocal, TopK: kimi.TopK,
 		Activation: kimi.Activation, WeightSeed: 3584}
-	weights := validation.GenerateWeights(&spec)
+	weights, err := validation.GenerateWeights(&spec)
+	if err != nil {
+		return err
+	}
 
 	// Tokens and router logits (random here; a model's gate in practice).
 	rng := rand.New(rand.NewPCG(uint64(m), 7))
