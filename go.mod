@@ -2,4 +2,8 @@ module kimimoe
 
 go 1.26.0
 
-require golang.org/x/sys v0.50.0
+require (
+	github.com/google/go-cmp v0.6.0
+	golang.org/x/sys v0.50.0
+	gonum.org/v1/gonum v0.17.0
+)

@@ -79,7 +79,7 @@ func LocalExperts(numExperts, epSize int) (int, error) {
 // MoETPSize is SGLang's moe_tp_size = tp_size / moe_ep_size / moe_dp_size,
 // an error unless ep*dp divides tp.
 func MoETPSize(tp, ep, dp int) (int, error) {
-	if tp < 1 || ep < 1 || dp < 1 || tp%(ep*dp) != 0 {
+	if tp < 1 || ep < 1 || dp < 1 || ep > tp/dp || tp%(ep*dp) != 0 { // ep > tp/dp: ep*dp > tp, which may overflow
 		return 0, fmt.Errorf("%w: tp_size %d is not divisible by ep_size %d * dp_size %d", ErrParallel, tp, ep, dp)
 	}
 	return tp / ep / dp, nil

@@ -3,6 +3,8 @@ package plan
 import (
 	"fmt"
 
+	"kimimoe/internal/checked"
+
 	"kimimoe/moe"
 )
 
@@ -68,9 +70,25 @@ func (d Deployment) Validate() error {
 	if d.Tokens < 1 || d.DTypeBytes < 1 {
 		return fmt.Errorf("%w: tokens %d and dtype bytes %d must be positive", moe.ErrParallel, d.Tokens, d.DTypeBytes)
 	}
-	if (d.Nodes > 0 || d.GPUsPerNode > 0) && d.Nodes*d.GPUsPerNode != d.TP*d.PP {
-		return fmt.Errorf("%w: %d nodes x %d GPUs = %d GPUs, but tp %d x pp %d needs %d", moe.ErrParallel,
-			d.Nodes, d.GPUsPerNode, d.Nodes*d.GPUsPerNode, d.TP, d.PP, d.TP*d.PP)
+	gpus, ok := checked.Mul(d.TP, d.PP)
+	if !ok {
+		return fmt.Errorf("%w: tp %d x pp %d GPUs overflows", moe.ErrParallel, d.TP, d.PP)
+	}
+	if _, ok := checked.Mul(d.EP, d.DP); !ok {
+		return fmt.Errorf("%w: ep %d x dp %d overflows", moe.ErrParallel, d.EP, d.DP)
+	}
+	if d.Nodes < 0 || d.GPUsPerNode < 0 {
+		return fmt.Errorf("%w: nodes %d and GPUs per node %d must not be negative", moe.ErrParallel, d.Nodes, d.GPUsPerNode)
+	}
+	if d.Nodes > 0 || d.GPUsPerNode > 0 {
+		have, ok := checked.Mul(d.Nodes, d.GPUsPerNode)
+		if !ok {
+			return fmt.Errorf("%w: %d nodes x %d GPUs per node overflows", moe.ErrParallel, d.Nodes, d.GPUsPerNode)
+		}
+		if have != gpus {
+			return fmt.Errorf("%w: %d nodes x %d GPUs = %d GPUs, but tp %d x pp %d needs %d", moe.ErrParallel,
+				d.Nodes, d.GPUsPerNode, have, d.TP, d.PP, gpus)
+		}
 	}
 	return nil
 }
@@ -107,6 +125,12 @@ func Make(m Model, d Deployment) (*Plan, error) {
 	em, err := MapExperts(m, d)
 	if err != nil {
 		return nil, err
+	}
+	// Every byte count below is at most tokens x dtype x (the widest
+	// message) x (collectives per step) x tp: refuse what would overflow.
+	widest := 2*m.Hidden + m.MLALatent() + m.K + m.SharedExpertWidth
+	if _, ok := checked.Mul(d.Tokens, d.DTypeBytes, widest, m.NumLayers+2, d.TP); !ok {
+		return nil, fmt.Errorf("%w: %d tokens of %d-byte elements overflow the byte counts of %s", moe.ErrParallel, d.Tokens, d.DTypeBytes, m.Name)
 	}
 	if m.NumLayers < d.PP {
 		return nil, fmt.Errorf("%w: %d layers over pp %d", moe.ErrParallel, m.NumLayers, d.PP)

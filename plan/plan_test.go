@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"github.com/google/go-cmp/cmp"
+
 	"errors"
 	"math"
 	"testing"
@@ -80,8 +82,10 @@ func TestSeedExpertMapping(t *testing.T) {
 		t.Errorf("TP32/EP32: %+v %v", em.MoETPSize, err)
 	}
 	em, err = MapExperts(k, Deployment{TP: 32, EP: 4, DP: 1})
-	if err != nil || em.MoETPSize != 8 || em.LocalExperts != 224 || em.IntermediateEach != 384 || em.Ranges[3] != [2]int{672, 896} {
-		t.Errorf("TP32/EP4: %+v %v", em, err)
+	want := ExpertMapping{MoETPSize: 8, LocalExperts: 224, IntermediateEach: 384,
+		Ranges: [][2]int{{0, 224}, {224, 448}, {448, 672}, {672, 896}}}
+	if d := cmp.Diff(want, em); err != nil || d != "" {
+		t.Errorf("TP32/EP4 (-want +got): %v\n%s", err, d)
 	}
 }
 
@@ -92,6 +96,12 @@ func TestBadDeployments(t *testing.T) {
 		{TP: 30, EP: 5, DP: 1, PP: 1, Tokens: 1, DTypeBytes: 2},                           // 896 experts not divisible by ep 5
 		{TP: 32, EP: 4, DP: 1, PP: 1, Tokens: 1, DTypeBytes: 2, Nodes: 3, GPUsPerNode: 8}, // 24 GPUs for tp 32
 		{TP: 32, EP: 4, DP: 1, PP: 0, Tokens: 1, DTypeBytes: 2},                           // pp 0
+		// Overflows that used to panic or pass (ep*dp wrapped to 0 or 8,
+		// nodes*gpus to 32, byte counts printed as -0 MiB):
+		{TP: 32, EP: 4294967296, DP: 4294967296, PP: 1, Tokens: 1, DTypeBytes: 2},
+		{TP: 32, EP: 7, DP: 7905747460161236408, PP: 1, Tokens: 1, DTypeBytes: 2},
+		{TP: 32, EP: 4, DP: 1, PP: 1, Tokens: 1, DTypeBytes: 2, Nodes: 3, GPUsPerNode: 6148914691236517216},
+		{TP: 32, EP: 4, DP: 1, PP: 1, Tokens: math.MaxInt64, DTypeBytes: 2},
 	}
 	for i, d := range bad {
 		if _, err := Make(k, d); !errors.Is(err, moe.ErrParallel) {

@@ -3,6 +3,8 @@ package validation
 import (
 	"fmt"
 	"math"
+
+	"gonum.org/v1/gonum/floats"
 )
 
 // Metrics compares an output with a reference of the same length.
@@ -21,55 +23,65 @@ type Metrics struct {
 	Bitwise           bool
 }
 
-// Compare computes the metrics of got against ref. It panics if the lengths
-// differ.
+// Compare computes the metrics of got against ref. Lengths must match: a
+// mismatch is a programmer error and panics (so do AllClose's), with a
+// "validation:" message. Sums over the finite pairs are gonum's (floats):
+// norms are computed with scaling, so huge values do not overflow.
 func Compare(got, ref []float64) Metrics {
-	if len(got) != len(ref) {
-		panic(fmt.Sprintf("moe: Compare: %d values against %d", len(got), len(ref)))
-	}
+	mustSameLength("Compare", got, ref)
 	m := Metrics{N: len(ref), Bitwise: true}
-	var dot, gg, rr, dd, sumAbs float64
-	finite := 0
+	gf := make([]float64, 0, len(got))
+	rf := make([]float64, 0, len(ref))
 	for i, g := range got {
 		r := ref[i]
 		if math.Float64bits(g) != math.Float64bits(r) {
 			m.Bitwise = false
 		}
-		gf, rf := !math.IsNaN(g) && !math.IsInf(g, 0), !math.IsNaN(r) && !math.IsInf(r, 0)
-		if !gf || !rf {
-			same := !gf && !rf && (math.IsNaN(g) && math.IsNaN(r) || g == r)
+		gFinite, rFinite := !math.IsNaN(g) && !math.IsInf(g, 0), !math.IsNaN(r) && !math.IsInf(r, 0)
+		if !gFinite || !rFinite {
+			same := !gFinite && !rFinite && (math.IsNaN(g) && math.IsNaN(r) || g == r)
 			if !same {
 				m.NonFiniteMismatch++
 			}
 			continue
 		}
-		finite++
-		d := g - r
-		dot += float64(g * r) // float64(): the same sums on every GOARCH (no FMA)
-		gg += float64(g * g)
-		rr += float64(r * r)
-		dd += float64(d * d)
-		sumAbs += math.Abs(d)
-		m.MaxAbs = math.Max(m.MaxAbs, math.Abs(d))
+		gf, rf = append(gf, g), append(rf, r)
 	}
-	switch {
-	case gg == 0 && rr == 0:
+	if len(gf) == 0 {
 		m.Cosine = 1
-	case gg == 0 || rr == 0:
+		return m
+	}
+	gn, rn := floats.Norm(gf, 2), floats.Norm(rf, 2)
+	switch {
+	case gn == 0 && rn == 0:
+		m.Cosine = 1
+	case gn == 0 || rn == 0:
 		m.Cosine = 0
 	default:
-		m.Cosine = dot / math.Sqrt(gg) / math.Sqrt(rr)
+		m.Cosine = floats.Dot(gf, rf) / gn / rn
+		if math.IsInf(m.Cosine, 0) || math.IsNaN(m.Cosine) { // the dot product overflowed: use unit vectors
+			gu, ru := make([]float64, len(gf)), make([]float64, len(rf))
+			floats.ScaleTo(gu, 1/gn, gf)
+			floats.ScaleTo(ru, 1/rn, rf)
+			m.Cosine = floats.Dot(gu, ru)
+		}
 	}
+	dist := floats.Distance(gf, rf, 2)
 	switch {
-	case rr > 0:
-		m.NRMSE = math.Sqrt(dd / rr)
-	case dd > 0:
+	case rn > 0:
+		m.NRMSE = dist / rn
+	case dist > 0:
 		m.NRMSE = math.Inf(1)
 	}
-	if finite > 0 {
-		m.MeanAbs = sumAbs / float64(finite)
-	}
+	m.MaxAbs = floats.Distance(gf, rf, math.Inf(1))
+	m.MeanAbs = floats.Distance(gf, rf, 1) / float64(len(gf))
 	return m
+}
+
+func mustSameLength(fn string, got, ref []float64) {
+	if len(got) != len(ref) {
+		panic(fmt.Sprintf("validation: %s: got has %d values, ref %d", fn, len(got), len(ref)))
+	}
 }
 
 // Widen converts float32 values to float64.
@@ -83,8 +95,10 @@ func Widen(v []float32) []float64 {
 
 // AllClose reports whether |g - r| <= atol + rtol*|r| for every element
 // (NaN only matching NaN, infinities only the same infinity), and the index
-// of the first element that is not, or -1.
+// of the first element that is not, or -1. It panics if the lengths
+// differ, as Compare does.
 func AllClose(got, ref []float64, rtol, atol float64) (bool, int) {
+	mustSameLength("AllClose", got, ref)
 	for i, g := range got {
 		r := ref[i]
 		switch {

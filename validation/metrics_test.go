@@ -2,6 +2,7 @@ package validation
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -28,5 +29,38 @@ func TestCompare(t *testing.T) {
 	}
 	if ok, _ := AllClose([]float64{1, 2.06}, []float64{1, 2}, 0.01, 0.05); !ok {
 		t.Error("AllClose within atol + rtol|r| = 0.07 rejected")
+	}
+}
+
+// A length mismatch panics in both Compare and AllClose (before, AllClose
+// with a shorter got returned ok and a longer one panicked with an index
+// error; Compare panicked).
+func TestLengthMismatchPanics(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		f    func()
+	}{
+		{"Compare short", func() { Compare([]float64{1}, []float64{1, 2}) }},
+		{"Compare long", func() { Compare([]float64{1, 2, 3}, []float64{1, 2}) }},
+		{"AllClose short", func() { AllClose([]float64{1}, []float64{1, 2}, 0, 0) }},
+		{"AllClose long", func() { AllClose([]float64{1, 2, 3}, []float64{1, 2}, 0, 0) }},
+	} {
+		func() {
+			defer func() {
+				if p, ok := recover().(string); !ok || !strings.HasPrefix(p, "validation: ") {
+					t.Errorf("%s: recovered %v, want a \"validation:\" panic", c.name, p)
+				}
+			}()
+			c.f()
+		}()
+	}
+}
+
+// Huge values: the norms do not overflow (a plain sum of squares would).
+func TestCompareHugeValues(t *testing.T) {
+	ref := []float64{1e200, -1e200}
+	got := []float64{1e200, -1e200}
+	if m := Compare(got, ref); math.Abs(m.Cosine-1) > 1e-15 || m.NRMSE != 0 {
+		t.Errorf("huge equal values: %v", m)
 	}
 }
