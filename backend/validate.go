@@ -43,6 +43,8 @@ type ValidateOptions struct {
 	PreQuantized bool
 	// Progress, if set, is called before each case.
 	Progress func(done, total int, name string)
+	// OnResult, if set, is called with each case's result as it finishes.
+	OnResult func(Result)
 }
 
 // Case statuses.
@@ -55,15 +57,16 @@ const (
 
 // Result is one case's outcome.
 type Result struct {
-	Name, Shape   string
-	Status        string // PASS, FAIL, UNSUPPORTED, ERROR
-	Metrics       validation.Metrics
-	RowsChecked   int
-	Deterministic bool
-	GraphChecked  bool
-	GraphEqual    bool
-	Seconds       float64
-	Detail        string
+	Name          string             `json:"name"`
+	Shape         string             `json:"shape"`
+	Status        string             `json:"status"` // PASS, FAIL, UNSUPPORTED, ERROR
+	Metrics       validation.Metrics `json:"metrics"`
+	RowsChecked   int                `json:"rows_checked"`
+	Deterministic bool               `json:"deterministic"`
+	GraphChecked  bool               `json:"graph_checked"`
+	GraphEqual    bool               `json:"graph_equal"`
+	Seconds       float64            `json:"seconds"`
+	Detail        string             `json:"detail,omitempty"`
 }
 
 // Passed reports whether the result is a pass.
@@ -143,6 +146,9 @@ func Validate(b Backend, opts ValidateOptions) ([]Result, error) {
 		}
 		r.Seconds = time.Since(start).Seconds()
 		results = append(results, r)
+		if opts.OnResult != nil {
+			opts.OnResult(r)
+		}
 	}
 	if opts.Progress != nil {
 		opts.Progress(len(specs), len(specs), "")

@@ -10,56 +10,59 @@ import (
 
 // Deployment is how a model is spread over GPUs for prefill.
 type Deployment struct {
-	TP, EP, DP, PP int
-	Nodes          int // 0: not checked
-	GPUsPerNode    int // 0: not checked
-	Tokens         int // tokens per prefill step (chunk)
-	DTypeBytes     int // bytes per element of the reduced activations (bf16: 2)
+	TP          int `json:"tp"`
+	EP          int `json:"ep"`
+	DP          int `json:"dp"`
+	PP          int `json:"pp"`
+	Nodes       int `json:"nodes"`         // 0: not checked
+	GPUsPerNode int `json:"gpus_per_node"` // 0: not checked
+	Tokens      int `json:"tokens"`        // tokens per prefill step (chunk)
+	DTypeBytes  int `json:"dtype_bytes"`   // bytes per element of the reduced activations (bf16: 2)
 }
 
 // ExpertMapping is the result of mapping experts to ranks.
 type ExpertMapping struct {
-	MoETPSize        int
-	LocalExperts     int
-	IntermediateEach int      // N / moe_tp_size: each rank's slice of an expert's intermediate
-	Ranges           [][2]int // Ranges[r] = [lo, hi) global experts of EP rank r
+	MoETPSize        int      `json:"moe_tp_size"`
+	LocalExperts     int      `json:"local_experts"`
+	IntermediateEach int      `json:"intermediate_each"` // N / moe_tp_size: each rank's slice of an expert's intermediate
+	Ranges           [][2]int `json:"ranges"`            // Ranges[r] = [lo, hi) global experts of EP rank r
 }
 
 // Collective is one kind of collective of a prefill step.
 type Collective struct {
-	Name         string
-	Op           string // all-reduce
-	Count        int    // per step per rank (this stage)
-	Width        int    // elements per token
-	MessageBytes int64  // tokens * width * dtype bytes
-	StepBytes    int64  // Count * MessageBytes
-	Share        float64
+	Name         string  `json:"name"`
+	Op           string  `json:"op"`            // all-reduce
+	Count        int     `json:"count"`         // per step per rank (this stage)
+	Width        int     `json:"width"`         // elements per token
+	MessageBytes int64   `json:"message_bytes"` // tokens * width * dtype bytes
+	StepBytes    int64   `json:"step_bytes"`    // Count * MessageBytes
+	Share        float64 `json:"share"`
 }
 
 // RingAlternative is one way to feed MLA from the TP-partial hidden.
 type RingAlternative struct {
-	Name      string
-	Formula   string
-	Units     int     // elements per token moved per rank (ring factor ignored)
-	Change    float64 // relative to the plain hidden all-reduce
-	RankBytes int64   // per rank per collective point: Units * tokens * dtype * (n-1)/n
+	Name      string  `json:"name"`
+	Formula   string  `json:"formula"`
+	Units     int     `json:"units"`      // elements per token moved per rank (ring factor ignored)
+	Change    float64 `json:"change"`     // relative to the plain hidden all-reduce
+	RankBytes int64   `json:"rank_bytes"` // per rank per collective point: Units * tokens * dtype * (n-1)/n
 }
 
 // Plan is the full result.
 type Plan struct {
-	Model        string
-	Deployment   Deployment
-	Mapping      ExpertMapping
-	Stages       []StagePlan
-	Alternatives []RingAlternative
+	Model        string            `json:"model"`
+	Deployment   Deployment        `json:"deployment"`
+	Mapping      ExpertMapping     `json:"mapping"`
+	Stages       []StagePlan       `json:"stages"`
+	Alternatives []RingAlternative `json:"alternatives"`
 }
 
 // StagePlan is one pipeline stage's collectives.
 type StagePlan struct {
-	Stage       int
-	Layers      [2]int // [first, last) layer
-	Collectives []Collective
-	Total       Collective // sums
+	Stage       int          `json:"stage"`
+	Layers      [2]int       `json:"layers"` // [first, last) layer
+	Collectives []Collective `json:"collectives"`
+	Total       Collective   `json:"total"` // sums
 }
 
 // Validate checks the deployment's sizes.

@@ -1,6 +1,7 @@
 package validation
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 
@@ -127,4 +128,20 @@ func (m Metrics) String() string {
 		s += " bitwise"
 	}
 	return s
+}
+
+// MarshalJSON writes the metrics with snake_case keys; a non-finite value
+// (NRMSE against an all-zero reference) is written as the string "+Inf",
+// "-Inf" or "NaN", since JSON has no such numbers.
+func (m Metrics) MarshalJSON() ([]byte, error) {
+	num := func(v float64) any {
+		if math.IsInf(v, 0) || math.IsNaN(v) {
+			return fmt.Sprint(v)
+		}
+		return v
+	}
+	return json.Marshal(map[string]any{
+		"n": m.N, "cosine": num(m.Cosine), "nrmse": num(m.NRMSE), "max_abs": num(m.MaxAbs),
+		"mean_abs": num(m.MeanAbs), "nonfinite_mismatch": m.NonFiniteMismatch, "bitwise": m.Bitwise,
+	})
 }

@@ -6,8 +6,6 @@ import (
 	"kimimoe/validation"
 	"os"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"kimimoe/activation"
@@ -26,8 +24,8 @@ type benchRow struct {
 	MedianMS     float64   `json:"median_ms"`
 	MinMS        float64   `json:"min_ms"`
 	MaxMS        float64   `json:"max_ms"`
-	GBps         float64   `json:"achieved_GBps"`
-	TFLOPs       float64   `json:"achieved_TFLOPs"`
+	GBps         float64   `json:"achieved_gbps"`
+	TFLOPs       float64   `json:"achieved_tflops"`
 	FloorMS      float64   `json:"floor_ms"`
 	FloorBound   string    `json:"floor_bound"`
 	RatioToFloor float64   `json:"ratio_to_floor"`
@@ -44,25 +42,25 @@ func runBench(args []string) error {
 	chainName := fs.String("chain", "mxfp8", "precision chain")
 	peak := fs.Float64("fp8-peak", 1385, "FP8 matrix peak in TFLOP/s for the floor (DESIGN.md: torch._scaled_mm on the H200)")
 	copyMB := fs.Int("copy-mb", 2048, "size of the copy used to measure bandwidth, MiB")
-	jsonPath := fs.String("json", "", "also write the results as JSON")
+	jsonPath := fs.String("json", "", "also write the results as JSON to this file (- for stdout)")
 	profile := fs.Bool("profile", false, "also print one eager forward's time per kernel, per M")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	chain, err := moe.ParseChain(*chainName)
 	if err != nil {
+		return asUsage(err)
+	}
+	out := os.Stdout // the table; with --json - it goes to stderr
+	if *jsonPath == "-" {
+		out = os.Stderr
+	}
+	ms, err := parseTokenCounts(*msFlag)
+	if err != nil {
 		return err
 	}
-	var ms []int
-	for _, f := range strings.Split(*msFlag, ",") {
-		m, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || m < 1 {
-			return fmt.Errorf("--m: bad token count %q", f)
-		}
-		ms = append(ms, m)
-	}
-	if *rounds < 1 {
-		return fmt.Errorf("--rounds must be at least 1")
+	if *rounds < 1 || *warmup < 0 || *copyMB < 1 || !(*peak > 0) {
+		return usagef("--rounds must be at least 1, --warmup at least 0, --copy-mb at least 1, --fp8-peak positive")
 	}
 	b, err := backend.Open(*name)
 	if err != nil {
@@ -150,12 +148,12 @@ func runBench(args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("kimimoe bench: backend %s (%s), %s\n", b.Name(), b.Capabilities().Device, time.Now().UTC().Format("2006-01-02"))
-	fmt.Printf("shape: Kimi EP32 rank 7, K=%d N=%d, 28 local experts, top-%d with 8 slots local, SiTU, chain %v, rceil; graph=%v\n",
+	fmt.Fprintf(out, "kimimoe bench: backend %s (%s), %s\n", b.Name(), b.Capabilities().Device, time.Now().UTC().Format("2006-01-02"))
+	fmt.Fprintf(out, "shape: Kimi EP32 rank 7, K=%d N=%d, 28 local experts, top-%d with 8 slots local, SiTU, chain %v, rceil; graph=%v\n",
 		kimi.K, kimi.N, kimi.TopK, chain, *graph)
-	fmt.Printf("floor = max(bytes / %.2f TB/s (copy, measured now), FLOPs / %.0f TFLOP/s (FP8 peak, DESIGN.md)); median of %d interleaved rounds (CUDA events) in %.1fs\n",
+	fmt.Fprintf(out, "floor = max(bytes / %.2f TB/s (copy, measured now), FLOPs / %.0f TFLOP/s (FP8 peak, DESIGN.md)); median of %d interleaved rounds (CUDA events) in %.1fs\n",
 		bw/1e12, *peak, *rounds, time.Since(start).Seconds())
-	fmt.Printf("%6s %8s %8s %10s %10s %10s %9s %9s %9s %8s\n", "M", "experts", "MB", "median ms", "min ms", "max ms", "GB/s", "TFLOP/s", "floor ms", "x floor")
+	fmt.Fprintf(out, "%6s %8s %8s %10s %10s %10s %9s %9s %9s %8s\n", "M", "experts", "MB", "median ms", "min ms", "max ms", "GB/s", "TFLOP/s", "floor ms", "x floor")
 	for j := range rows {
 		r := &rows[j]
 		sorted := append([]float64(nil), r.SamplesMS...)
@@ -173,13 +171,13 @@ func runBench(args []string) error {
 			r.FloorMS, r.FloorBound = fpMS, "compute"
 		}
 		r.RatioToFloor = r.MedianMS / r.FloorMS
-		fmt.Printf("%6d %8d %8.1f %10.4f %10.4f %10.4f %9.0f %9.1f %9.4f %8.2f\n",
+		fmt.Fprintf(out, "%6d %8d %8.1f %10.4f %10.4f %10.4f %9.0f %9.1f %9.4f %8.2f\n",
 			r.M, r.Experts, float64(r.Bytes)/1e6, r.MedianMS, r.MinMS, r.MaxMS, r.GBps, r.TFLOPs, r.FloorMS, r.RatioToFloor)
 	}
 	if prof, ok := layer.(interface {
 		Profile(m int) (map[string]float64, error)
 	}); ok && *profile {
-		fmt.Println("per-kernel device time of one eager forward, ms:")
+		fmt.Fprintln(out, "per-kernel device time of one eager forward, ms:")
 		for _, m := range ms {
 			steps, err := prof.Profile(m)
 			if err != nil {
@@ -190,21 +188,21 @@ func runBench(args []string) error {
 				names = append(names, n)
 			}
 			sort.Strings(names)
-			fmt.Printf("  M=%-5d", m)
+			fmt.Fprintf(out, "  M=%-5d", m)
 			for _, n := range names {
-				fmt.Printf(" %s %.4f", n, steps[n])
+				fmt.Fprintf(out, " %s %.4f", n, steps[n])
 			}
-			fmt.Println()
+			fmt.Fprintln(out)
 		}
 	}
 	if *jsonPath != "" {
 		doc := map[string]any{"backend": b.Name(), "device": b.Capabilities().Device, "date": time.Now().UTC().Format(time.RFC3339),
-			"copy_bandwidth_Bps": bw, "fp8_peak_TFLOPs": *peak, "graph": *graph, "chain": chain.String(), "rounds": *rounds, "rows": rows}
+			"copy_bandwidth_bytes_per_s": bw, "fp8_peak_tflops": *peak, "graph": *graph, "chain": chain.String(), "rounds": *rounds, "rows": rows}
 		data, err := json.MarshalIndent(doc, "", "  ")
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(*jsonPath, append(data, '\n'), 0o644); err != nil {
+		if err := writeJSON(*jsonPath, append(data, '\n')); err != nil {
 			return err
 		}
 	}

@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"kimimoe/validation"
-	"strconv"
-	"strings"
 
 	"kimimoe/activation"
 	"kimimoe/moe"
@@ -19,16 +17,28 @@ func runChains(args []string) error {
 	msFlag := fs.String("m", "1,128", "token counts")
 	actName := fs.String("activation", "situ", "activation kind")
 	recipeName := fs.String("recipe", "rceil", "recipe for x (and the mxfp8 chain's intermediate)")
+	maxMem := fs.Float64("max-memory-gib", 16, "refuse work estimated to need more memory than this")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	act, err := activation.ParseKind(*actName)
 	if err != nil {
-		return err
+		return asUsage(err)
 	}
 	recipe, err := mxfp.ParseRecipe(*recipeName)
 	if err != nil {
+		return asUsage(err)
+	}
+	ms, err := parseTokenCounts(*msFlag)
+	if err != nil {
 		return err
+	}
+	kimi0 := moe.KimiK3()
+	for _, m := range ms { // three oracles (one per chain), 8 local slots per token
+		need := 3 * oracleBytes(28, kimi0.N, kimi0.K, true, m, 8*m)
+		if err := checkMemory(fmt.Sprintf("--m %d (three oracles at the Kimi EP32 shape)", m), need, *maxMem); err != nil {
+			return err
+		}
 	}
 	kimi := moe.KimiK3()
 	base := validation.KimiEP32Rank7(act, moe.ChainExact, recipe) // the chain is set per oracle below
@@ -49,11 +59,7 @@ func runChains(args []string) error {
 	fmt.Printf("%6s %-11s %-10s %-9s %s\n", "M", "chain", "cosine", "nrmse", "maxabs")
 	p := newProgress()
 	defer p.done()
-	for _, f := range strings.Split(*msFlag, ",") {
-		m, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || m < 1 {
-			return fmt.Errorf("--m: bad token count %q", f)
-		}
+	for _, m := range ms {
 		s := base
 		s.Name, s.M, s.Seed = "chains", m, uint64(1000+m)
 		c, err := validation.GenerateCase(&s, w)

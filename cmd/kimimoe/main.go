@@ -1,21 +1,26 @@
 // Command kimimoe validates, runs and measures the Kimi-K3 style MXFP8 x
 // MXFP4 MoE layer on a backend (the pure-Go oracle "go", or "cuda").
 //
-//	kimimoe validate --suite smoke|real|large|all --backend NAME --activation KIND [--require-situ] [--json FILE]
+//	kimimoe validate --suite smoke|real|large|all --backend NAME --activation KIND [--require-situ] [--json FILE|-]
 //	kimimoe run --case IN.safetensors --out OUT.safetensors [--backend NAME]
 //	kimimoe plan --model kimi-k3 --tp 32 --ep 4 --dp 1 --tokens 8192 [--json]
-//	kimimoe bench --backend cuda [--m 1,128,512,2048,8192] [--rounds 20] [--json FILE]
+//	kimimoe bench --backend cuda [--m 1,128,512,2048,8192] [--rounds 20] [--json FILE|-]
+//	kimimoe chains [--m 1,128]
 //
-// Every subcommand takes -h. Errors go to stderr and the exit status is
-// non-zero on failure.
+// Every subcommand takes -h, which prints its flags on stdout. Exit status:
+// 0 success, 1 a failure (a case failed, a device or file error), 2 a usage
+// error (a bad flag or value). Errors are printed once, on stderr.
 package main
 
 import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 
+	"kimimoe/activation"
 	"kimimoe/backend"
 	_ "kimimoe/backend/cuda" // registers "cuda"; loads nothing until opened
 )
@@ -37,64 +42,120 @@ func init() {
 	}
 }
 
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: kimimoe COMMAND [flags]; kimimoe COMMAND -h for its flags")
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: kimimoe COMMAND [flags]; kimimoe COMMAND -h for its flags")
 	for _, c := range commands {
-		fmt.Fprintf(os.Stderr, "  %-9s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintf(os.Stderr, "backends: %v\n", backend.Names())
+	fmt.Fprintf(w, "backends: %s\n", strings.Join(backend.Names(), ", "))
+	fmt.Fprintf(w, "activations: %s\n", activationNames())
+}
+
+func activationNames() string {
+	var names []string
+	for _, k := range activation.Kinds() {
+		names = append(names, k.String())
+	}
+	return strings.Join(names, ", ")
 }
 
 // errFailed marks a run that completed but whose result is a failure (its
 // report is already printed).
 var errFailed = errors.New("failed")
 
-func main() {
-	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
-		usage()
-		if len(os.Args) < 2 {
-			os.Exit(2)
-		}
-		return
+// usageError is a bad flag, value or argument: exit status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+// asUsage marks err (a parse error of a flag value) as a usage error.
+func asUsage(err error) error {
+	if err == nil {
+		return nil
 	}
-	for _, c := range commands {
-		if c.name == os.Args[1] {
-			err := c.run(os.Args[2:])
-			switch {
-			case err == nil:
-				return
-			case errors.Is(err, flag.ErrHelp):
-				return
-			case errors.Is(err, errFailed):
-				os.Exit(1)
-			default:
-				fmt.Fprintf(os.Stderr, "kimimoe %s: %v\n", c.name, err)
-				os.Exit(1)
-			}
-		}
-	}
-	fmt.Fprintf(os.Stderr, "kimimoe: unknown command %q\n", os.Args[1])
-	usage()
-	os.Exit(2)
+	return usageError{err}
 }
 
-// newFlags makes a FlagSet whose errors return (not exit) and whose usage
-// names the subcommand.
-func newFlags(name, synopsis string) *flag.FlagSet {
-	fs := flag.NewFlagSet("kimimoe "+name, flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: kimimoe %s %s\n", name, synopsis)
+func main() { os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// dispatch runs one command and returns the exit status.
+func dispatch(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
+		return 0
+	}
+	for _, c := range commands {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(args[1:])
+		var ue usageError
+		switch {
+		case err == nil, errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errFailed):
+			return 1
+		case errors.As(err, &ue):
+			fmt.Fprintf(stderr, "kimimoe %s: %v (kimimoe %s -h for help)\n", c.name, err, c.name)
+			return 2
+		default:
+			fmt.Fprintf(stderr, "kimimoe %s: %v\n", c.name, err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "kimimoe: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+// flagSet is a FlagSet that prints nothing itself: -h prints the usage on
+// stdout (and parse returns flag.ErrHelp), and a bad flag comes back as a
+// usage error that dispatch prints once.
+type flagSet struct {
+	*flag.FlagSet
+	help func()
+}
+
+func newFlags(name, synopsis string) *flagSet {
+	fs := &flagSet{FlagSet: flag.NewFlagSet("kimimoe "+name, flag.ContinueOnError)}
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {} // the flag package calls it on errors too
+	fs.help = func() {
+		fmt.Fprintf(os.Stdout, "usage: kimimoe %s %s\n", name, synopsis)
+		fs.SetOutput(os.Stdout)
 		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+		fmt.Fprintf(os.Stdout, "activation kinds: %s\n", activationNames())
 	}
 	return fs
 }
 
-func parse(fs *flag.FlagSet, args []string) error {
+func parse(fs *flagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.help()
+			return err
+		}
+		return usageError{err}
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		return usagef("unexpected arguments %q", fs.Args())
 	}
 	return nil
+}
+
+// writeJSON writes data to path, or to stdout for "-".
+func writeJSON(path string, data []byte) error {
+	if path == "-" {
+		_, err := os.Stdout.Write(data)
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
 }

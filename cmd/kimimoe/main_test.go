@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"math"
@@ -95,7 +96,77 @@ func TestPlanCommand(t *testing.T) {
 		t.Error("EP5 of 896 experts accepted")
 	}
 	out, err = capture(t, func() error { return runPlan([]string{"--json"}) })
-	if err != nil || !strings.Contains(out, `"MoETPSize": 8`) {
+	if err != nil || !strings.Contains(out, `"moe_tp_size": 8`) {
 		t.Errorf("plan --json: %v\n%s", err, out)
+	}
+}
+
+// Exit statuses and error printing: usage errors exit 2 and are printed
+// once; -h prints help on stdout and exits 0; a failed run exits 1.
+func TestExitStatusAndErrorsPrintedOnce(t *testing.T) {
+	golden := filepath.Join("..", "..", "testdata", "golden", "situ_mxfp8_rceil.safetensors")
+	for _, c := range []struct {
+		args []string
+		code int
+		want string // in stderr
+	}{
+		{[]string{"validate", "--bogus"}, 2, "flag provided but not defined: -bogus"},
+		{[]string{"validate", "--suite", "huge"}, 2, `unknown suite "huge"`},
+		{[]string{"chains", "--m", "99999999"}, 2, "not a token count"},
+		{[]string{"chains", "--m", "1,0"}, 2, "not a token count"},
+		{[]string{"plan", "--ep", "4294967296", "--dp", "4294967296"}, 1, "overflows"},
+		{[]string{"run", "--case", golden, "--out", golden}, 1, "is the input file"},
+		{[]string{"run", "--case", golden}, 2, "--case and --out are required"},
+		{[]string{"nope"}, 2, `unknown command "nope"`},
+		{[]string{}, 2, "usage:"},
+	} {
+		var stdout, stderr strings.Builder
+		var code int
+		out, _ := capture(t, func() error { code = dispatch(c.args, &stdout, &stderr); return nil })
+		if code != c.code {
+			t.Errorf("%v: exit %d, want %d (stderr %q)", c.args, code, c.code, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%v: stderr %q lacks %q", c.args, stderr.String(), c.want)
+		}
+		if n := strings.Count(stderr.String(), "\n"); c.code != 0 && len(c.args) > 0 && c.args[0] != "nope" && n != 1 {
+			t.Errorf("%v: error printed %d times: %q", c.args, n, stderr.String())
+		}
+		if strings.Contains(out, "usage:") {
+			t.Errorf("%v: usage printed on stdout for an error", c.args)
+		}
+	}
+	// The golden case file is untouched by the refused run.
+	if _, err := os.Stat(golden); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr strings.Builder
+	var code int
+	out, _ := capture(t, func() error { code = dispatch([]string{"validate", "-h"}, &stdout, &stderr); return nil })
+	if code != 0 || !strings.Contains(out, "usage: kimimoe validate") || !strings.Contains(out, "swiglu_oai") || stderr.Len() != 0 {
+		t.Errorf("validate -h: exit %d, stdout %q, stderr %q", code, out, stderr.String())
+	}
+}
+
+// --json - writes the JSON document alone to stdout.
+func TestPlanAndValidateJSONToStdout(t *testing.T) {
+	out, err := capture(t, func() error {
+		return runValidate([]string{"--suite", "smoke", "--json", "-"})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Results []struct {
+			Name    string         `json:"name"`
+			Status  string         `json:"status"`
+			Metrics map[string]any `json:"metrics"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("stdout is not one JSON document: %v\n%.300s", err, out)
+	}
+	if len(doc.Results) != 19 || doc.Results[0].Status != "PASS" || doc.Results[0].Metrics["cosine"] == nil {
+		t.Errorf("unexpected JSON: %+v", doc.Results[:1])
 	}
 }

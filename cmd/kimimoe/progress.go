@@ -28,6 +28,13 @@ func (p *progress) update(format string, a ...any) {
 	fmt.Fprintf(os.Stderr, "\r\033[K[%5.1fs] %s", time.Since(p.start).Seconds(), fmt.Sprintf(format, a...))
 }
 
+// clear erases the status line (before printing a result line).
+func (p *progress) clear() {
+	if p.shown {
+		fmt.Fprint(os.Stderr, "\r\033[K")
+	}
+}
+
 func (p *progress) done() {
 	if p.shown {
 		fmt.Fprint(os.Stderr, "\r\033[K")

@@ -1,28 +1,44 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"kimimoe/validation"
 	"time"
 
 	"kimimoe/backend"
+	"kimimoe/safetensors"
+	"kimimoe/validation"
 )
 
 func runRun(args []string) error {
 	fs := newFlags("run", "--case IN.safetensors --out OUT.safetensors [--backend NAME]")
 	in := fs.String("case", "", "input case file (safetensors; see README)")
-	out := fs.String("out", "", "output file: tensor \"out\" [M, K] F32")
+	out := fs.String("out", "", "output file: tensor \"out\" [M, K] F32 (a regular file or a new name; not the case file)")
 	name := fs.String("backend", backend.GoName, "backend")
+	maxMem := fs.Float64("max-memory-gib", 16, "refuse a case estimated to need more memory than this")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *in == "" || *out == "" {
-		fs.Usage()
-		return errors.New("--case and --out are required")
+		return usagef("--case and --out are required")
+	}
+	// Everything about the output is checked before the work: it is not
+	// the input, not a device or FIFO, and its directory takes a file.
+	if _, err := safetensors.CheckOutput(*out, *in); err != nil {
+		return err
 	}
 	c, err := validation.ReadCase(*in)
 	if err != nil {
+		return err
+	}
+	w := c.Weights
+	pairs := 0
+	for _, id := range c.Input.TopKIDs {
+		if _, ok := c.Spec.EP.Local(int64(id), w.E); ok {
+			pairs++
+		}
+	}
+	need := oracleBytes(w.E, w.N, w.K, w.Gated, c.Input.M, pairs)
+	if err := checkMemory(fmt.Sprintf("case %s (M=%d, %d local slots, %d experts)", *in, c.Input.M, pairs, w.E), need, *maxMem); err != nil {
 		return err
 	}
 	b, err := backend.Open(*name)
@@ -30,9 +46,8 @@ func runRun(args []string) error {
 		return err
 	}
 	defer b.Close()
-	w := c.Weights
 	fmt.Printf("case %s: M=%d K=%d N=%d E_local=%d top-%d, %v, chain %v, recipe %v, ep %d/%d\n",
-		*in, c.Input.M, w.K, w.N, w.E, c.Input.TopK, c.Spec.Activation, c.Spec.Chain, c.Spec.Recipe, c.Spec.EP.Rank, max(c.Spec.EP.Size, 1))
+		*in, c.Input.M, w.K, w.N, w.E, c.Input.TopK, c.Spec.Activation, c.Spec.Chain, c.Spec.Recipe, c.Spec.EP.Rank, c.Spec.EP.Normalize().Size)
 	p := newProgress()
 	p.update("preparing %d experts on %s", w.E, *name)
 	t0 := time.Now()
