@@ -7,6 +7,7 @@ package cuda
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -21,10 +22,11 @@ typedef unsigned long long CUdeviceptr;
 typedef int nvrtcResult;
 typedef void* nvrtcProgram;
 
-// The driver and NVRTC entry points kimimoe uses, resolved with dlsym.
+// The driver and NVRTC entry points kimimoe uses, resolved with dlsym into
+// one table per library. Each library is loaded at most once per process
+// and never unloaded, so a table, once complete, never changes.
 typedef struct {
-	void* libcuda;
-	void* libnvrtc;
+	void* lib;
 	CUresult (*cuInit)(unsigned int);
 	CUresult (*cuDeviceGetCount)(int*);
 	CUresult (*cuDeviceGet)(CUdevice*, int);
@@ -58,6 +60,10 @@ typedef struct {
 	CUresult (*cuGraphDestroy)(CUgraph);
 	CUresult (*cuGraphExecDestroy)(CUgraphExec);
 	CUresult (*cuGetErrorName)(CUresult, const char**);
+} kmoe_cuda_api;
+
+typedef struct {
+	void* lib;
 	nvrtcResult (*nvrtcVersion)(int*, int*);
 	nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram*, const char*, const char*, int, const char* const*, const char* const*);
 	nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram, int, const char* const*);
@@ -66,161 +72,149 @@ typedef struct {
 	nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t*);
 	nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char*);
 	nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram*);
-} kmoe_api;
+} kmoe_nvrtc_api;
 
-static kmoe_api api;
+static kmoe_cuda_api cu;
+static kmoe_nvrtc_api nv;
 
-#define SYM(lib, field, name) do { *(void**)(&api.field) = dlsym(lib, name); if (!api.field) return name; } while (0)
-// SYM2 takes the versioned name where the driver has it, else the plain one.
-#define SYM2(lib, field, name, fallback) do { *(void**)(&api.field) = dlsym(lib, name); \
-	if (!api.field) *(void**)(&api.field) = dlsym(lib, fallback); if (!api.field) return name; } while (0)
+// Loading fills a local table and publishes it only when complete. On
+// failure *why holds dlopen's message, or "missing symbol NAME".
+static char kmoe_why[512];
 
-// kmoe_load_cuda opens the driver and resolves its symbols. It returns
-// NULL on success, else the library or symbol that failed.
-const char* kmoe_load_cuda(const char* path) {
-	if (api.libcuda) return NULL;
+#define SYM(t, field, name) do { *(void**)(&t.field) = dlsym(h, name); \
+	if (!t.field) { snprintf(kmoe_why, sizeof kmoe_why, "missing symbol %s", name); dlclose(h); return kmoe_why; } } while (0)
+// SYM2 takes the versioned name where the library has it, else the plain one.
+#define SYM2(t, field, name, fallback) do { *(void**)(&t.field) = dlsym(h, name); \
+	if (!t.field) *(void**)(&t.field) = dlsym(h, fallback); \
+	if (!t.field) { snprintf(kmoe_why, sizeof kmoe_why, "missing symbol %s", name); dlclose(h); return kmoe_why; } } while (0)
+
+static const char* kmoe_dlopen_failed(void) {
+	const char* e = dlerror();
+	snprintf(kmoe_why, sizeof kmoe_why, "%s", e ? e : "dlopen failed");
+	return kmoe_why;
+}
+
+// kmoe_load_cuda opens the driver and resolves its symbols; NULL on
+// success (or if already loaded).
+static const char* kmoe_load_cuda(const char* path) {
+	if (cu.lib) return NULL;
 	void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!h) return path;
-	api.libcuda = h;
-	SYM(h, cuInit, "cuInit");
-	SYM(h, cuDeviceGetCount, "cuDeviceGetCount");
-	SYM(h, cuDeviceGet, "cuDeviceGet");
-	SYM(h, cuDeviceGetName, "cuDeviceGetName");
-	SYM(h, cuDeviceGetAttribute, "cuDeviceGetAttribute");
-	SYM(h, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-	SYM2(h, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease");
-	SYM(h, cuCtxSetCurrent, "cuCtxSetCurrent");
-	SYM(h, cuModuleLoadData, "cuModuleLoadData");
-	SYM(h, cuModuleUnload, "cuModuleUnload");
-	SYM(h, cuModuleGetFunction, "cuModuleGetFunction");
-	SYM(h, cuMemAlloc, "cuMemAlloc_v2");
-	SYM(h, cuMemFree, "cuMemFree_v2");
-	SYM(h, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
-	SYM(h, cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
-	SYM(h, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
-	SYM(h, cuMemsetD32Async, "cuMemsetD32Async");
-	SYM(h, cuLaunchKernel, "cuLaunchKernel");
-	SYM(h, cuStreamCreate, "cuStreamCreate");
-	SYM(h, cuStreamDestroy, "cuStreamDestroy_v2");
-	SYM(h, cuStreamSynchronize, "cuStreamSynchronize");
-	SYM(h, cuEventCreate, "cuEventCreate");
-	SYM(h, cuEventDestroy, "cuEventDestroy_v2");
-	SYM(h, cuEventRecord, "cuEventRecord");
-	SYM(h, cuEventSynchronize, "cuEventSynchronize");
-	SYM2(h, cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime");
-	SYM2(h, cuStreamBeginCapture, "cuStreamBeginCapture_v2", "cuStreamBeginCapture");
-	SYM(h, cuStreamEndCapture, "cuStreamEndCapture");
-	SYM(h, cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags");
-	SYM(h, cuGraphLaunch, "cuGraphLaunch");
-	SYM(h, cuGraphDestroy, "cuGraphDestroy");
-	SYM(h, cuGraphExecDestroy, "cuGraphExecDestroy");
-	SYM(h, cuGetErrorName, "cuGetErrorName");
+	if (!h) return kmoe_dlopen_failed();
+	kmoe_cuda_api t = {0};
+	SYM(t, cuInit, "cuInit");
+	SYM(t, cuDeviceGetCount, "cuDeviceGetCount");
+	SYM(t, cuDeviceGet, "cuDeviceGet");
+	SYM(t, cuDeviceGetName, "cuDeviceGetName");
+	SYM(t, cuDeviceGetAttribute, "cuDeviceGetAttribute");
+	SYM(t, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+	SYM2(t, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease");
+	SYM(t, cuCtxSetCurrent, "cuCtxSetCurrent");
+	SYM(t, cuModuleLoadData, "cuModuleLoadData");
+	SYM(t, cuModuleUnload, "cuModuleUnload");
+	SYM(t, cuModuleGetFunction, "cuModuleGetFunction");
+	SYM(t, cuMemAlloc, "cuMemAlloc_v2");
+	SYM(t, cuMemFree, "cuMemFree_v2");
+	SYM(t, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+	SYM(t, cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+	SYM(t, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+	SYM(t, cuMemsetD32Async, "cuMemsetD32Async");
+	SYM(t, cuLaunchKernel, "cuLaunchKernel");
+	SYM(t, cuStreamCreate, "cuStreamCreate");
+	SYM(t, cuStreamDestroy, "cuStreamDestroy_v2");
+	SYM(t, cuStreamSynchronize, "cuStreamSynchronize");
+	SYM(t, cuEventCreate, "cuEventCreate");
+	SYM(t, cuEventDestroy, "cuEventDestroy_v2");
+	SYM(t, cuEventRecord, "cuEventRecord");
+	SYM(t, cuEventSynchronize, "cuEventSynchronize");
+	SYM2(t, cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime");
+	SYM2(t, cuStreamBeginCapture, "cuStreamBeginCapture_v2", "cuStreamBeginCapture");
+	SYM(t, cuStreamEndCapture, "cuStreamEndCapture");
+	SYM(t, cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags");
+	SYM(t, cuGraphLaunch, "cuGraphLaunch");
+	SYM(t, cuGraphDestroy, "cuGraphDestroy");
+	SYM(t, cuGraphExecDestroy, "cuGraphExecDestroy");
+	SYM(t, cuGetErrorName, "cuGetErrorName");
+	t.lib = h;
+	cu = t;
 	return NULL;
 }
 
-const char* kmoe_load_nvrtc(const char* path) {
-	if (api.libnvrtc) return NULL;
+static const char* kmoe_load_nvrtc(const char* path) {
+	if (nv.lib) return NULL;
 	void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!h) return path;
-	api.libnvrtc = h;
-	SYM(h, nvrtcVersion, "nvrtcVersion");
-	SYM(h, nvrtcCreateProgram, "nvrtcCreateProgram");
-	SYM(h, nvrtcCompileProgram, "nvrtcCompileProgram");
-	SYM(h, nvrtcGetProgramLogSize, "nvrtcGetProgramLogSize");
-	SYM(h, nvrtcGetProgramLog, "nvrtcGetProgramLog");
-	SYM(h, nvrtcGetCUBINSize, "nvrtcGetCUBINSize");
-	SYM(h, nvrtcGetCUBIN, "nvrtcGetCUBIN");
-	SYM(h, nvrtcDestroyProgram, "nvrtcDestroyProgram");
+	if (!h) return kmoe_dlopen_failed();
+	kmoe_nvrtc_api t = {0};
+	SYM(t, nvrtcVersion, "nvrtcVersion");
+	SYM(t, nvrtcCreateProgram, "nvrtcCreateProgram");
+	SYM(t, nvrtcCompileProgram, "nvrtcCompileProgram");
+	SYM(t, nvrtcGetProgramLogSize, "nvrtcGetProgramLogSize");
+	SYM(t, nvrtcGetProgramLog, "nvrtcGetProgramLog");
+	SYM(t, nvrtcGetCUBINSize, "nvrtcGetCUBINSize");
+	SYM(t, nvrtcGetCUBIN, "nvrtcGetCUBIN");
+	SYM(t, nvrtcDestroyProgram, "nvrtcDestroyProgram");
+	t.lib = h;
+	nv = t;
 	return NULL;
-}
-
-// kmoe_unload_cuda forgets the driver's entries and keeps NVRTC's.
-static void kmoe_unload_cuda(void) {
-	kmoe_api keep = api;
-	if (api.libcuda) dlclose(api.libcuda);
-	memset(&api, 0, sizeof api);
-	api.libnvrtc = keep.libnvrtc;
-	api.nvrtcVersion = keep.nvrtcVersion;
-	api.nvrtcCreateProgram = keep.nvrtcCreateProgram;
-	api.nvrtcCompileProgram = keep.nvrtcCompileProgram;
-	api.nvrtcGetProgramLogSize = keep.nvrtcGetProgramLogSize;
-	api.nvrtcGetProgramLog = keep.nvrtcGetProgramLog;
-	api.nvrtcGetCUBINSize = keep.nvrtcGetCUBINSize;
-	api.nvrtcGetCUBIN = keep.nvrtcGetCUBIN;
-	api.nvrtcDestroyProgram = keep.nvrtcDestroyProgram;
-}
-
-static void kmoe_unload_nvrtc(void) {
-	if (api.libnvrtc) dlclose(api.libnvrtc);
-	api.libnvrtc = NULL;
-	api.nvrtcVersion = NULL;
 }
 
 static const char* kmoe_error_name(CUresult r) {
 	const char* s = NULL;
-	if (api.cuGetErrorName && api.cuGetErrorName(r, &s) == 0 && s) return s;
+	if (cu.cuGetErrorName && cu.cuGetErrorName(r, &s) == 0 && s) return s;
 	return "CUDA_ERROR_UNKNOWN";
 }
 
 // Thin wrappers: cgo cannot call C function pointers directly.
-static CUresult k_cuInit(void) { return api.cuInit(0); }
-static CUresult k_cuDeviceGetCount(int* n) { return api.cuDeviceGetCount(n); }
-static CUresult k_cuDeviceGet(CUdevice* d, int i) { return api.cuDeviceGet(d, i); }
-static CUresult k_cuDeviceGetName(char* s, int n, CUdevice d) { return api.cuDeviceGetName(s, n, d); }
-static CUresult k_cuDeviceGetAttribute(int* v, int a, CUdevice d) { return api.cuDeviceGetAttribute(v, a, d); }
-static CUresult k_cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice d) { return api.cuDevicePrimaryCtxRetain(c, d); }
-static CUresult k_cuDevicePrimaryCtxRelease(CUdevice d) { return api.cuDevicePrimaryCtxRelease(d); }
-static CUresult k_cuCtxSetCurrent(CUcontext c) { return api.cuCtxSetCurrent(c); }
-static CUresult k_cuModuleLoadData(CUmodule* m, const void* img) { return api.cuModuleLoadData(m, img); }
-static CUresult k_cuModuleUnload(CUmodule m) { return api.cuModuleUnload(m); }
-static CUresult k_cuModuleGetFunction(CUfunction* f, CUmodule m, const char* n) { return api.cuModuleGetFunction(f, m, n); }
-static CUresult k_cuMemAlloc(CUdeviceptr* p, size_t n) { return api.cuMemAlloc(p, n); }
-static CUresult k_cuMemFree(CUdeviceptr p) { return api.cuMemFree(p); }
-static CUresult k_cuMemcpyHtoDAsync(CUdeviceptr d, const void* s, size_t n, CUstream st) { return api.cuMemcpyHtoDAsync(d, s, n, st); }
-static CUresult k_cuMemcpyDtoHAsync(void* d, CUdeviceptr s, size_t n, CUstream st) { return api.cuMemcpyDtoHAsync(d, s, n, st); }
-static CUresult k_cuMemcpyDtoDAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return api.cuMemcpyDtoDAsync(d, s, n, st); }
-static CUresult k_cuMemsetD32Async(CUdeviceptr d, unsigned v, size_t n, CUstream st) { return api.cuMemsetD32Async(d, v, n, st); }
-static CUresult k_cuStreamCreate(CUstream* s) { return api.cuStreamCreate(s, 1); } // non-blocking
-static CUresult k_cuStreamDestroy(CUstream s) { return api.cuStreamDestroy(s); }
-static CUresult k_cuStreamSynchronize(CUstream s) { return api.cuStreamSynchronize(s); }
-static CUresult k_cuEventCreate(CUevent* e) { return api.cuEventCreate(e, 0); }
-static CUresult k_cuEventDestroy(CUevent e) { return api.cuEventDestroy(e); }
-static CUresult k_cuEventRecord(CUevent e, CUstream s) { return api.cuEventRecord(e, s); }
-static CUresult k_cuEventSynchronize(CUevent e) { return api.cuEventSynchronize(e); }
-static CUresult k_cuEventElapsedTime(float* ms, CUevent a, CUevent b) { return api.cuEventElapsedTime(ms, a, b); }
-static CUresult k_cuStreamBeginCapture(CUstream s) { return api.cuStreamBeginCapture(s, 2); } // relaxed
-static CUresult k_cuStreamEndCapture(CUstream s, CUgraph* g) { return api.cuStreamEndCapture(s, g); }
-static CUresult k_cuGraphInstantiate(CUgraphExec* x, CUgraph g) { return api.cuGraphInstantiateWithFlags(x, g, 0); }
-static CUresult k_cuGraphLaunch(CUgraphExec x, CUstream s) { return api.cuGraphLaunch(x, s); }
-static CUresult k_cuGraphDestroy(CUgraph g) { return api.cuGraphDestroy(g); }
-static CUresult k_cuGraphExecDestroy(CUgraphExec x) { return api.cuGraphExecDestroy(x); }
+static CUresult k_cuInit(void) { return cu.cuInit(0); }
+static CUresult k_cuDeviceGetCount(int* n) { return cu.cuDeviceGetCount(n); }
+static CUresult k_cuDeviceGet(CUdevice* d, int i) { return cu.cuDeviceGet(d, i); }
+static CUresult k_cuDeviceGetName(char* s, int n, CUdevice d) { return cu.cuDeviceGetName(s, n, d); }
+static CUresult k_cuDeviceGetAttribute(int* v, int a, CUdevice d) { return cu.cuDeviceGetAttribute(v, a, d); }
+static CUresult k_cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice d) { return cu.cuDevicePrimaryCtxRetain(c, d); }
+static CUresult k_cuDevicePrimaryCtxRelease(CUdevice d) { return cu.cuDevicePrimaryCtxRelease(d); }
+static CUresult k_cuCtxSetCurrent(CUcontext c) { return cu.cuCtxSetCurrent(c); }
+static CUresult k_cuModuleLoadData(CUmodule* m, const void* img) { return cu.cuModuleLoadData(m, img); }
+static CUresult k_cuModuleUnload(CUmodule m) { return cu.cuModuleUnload(m); }
+static CUresult k_cuModuleGetFunction(CUfunction* f, CUmodule m, const char* n) { return cu.cuModuleGetFunction(f, m, n); }
+static CUresult k_cuMemAlloc(CUdeviceptr* p, size_t n) { return cu.cuMemAlloc(p, n); }
+static CUresult k_cuMemFree(CUdeviceptr p) { return cu.cuMemFree(p); }
+static CUresult k_cuMemcpyHtoDAsync(CUdeviceptr d, const void* s, size_t n, CUstream st) { return cu.cuMemcpyHtoDAsync(d, s, n, st); }
+static CUresult k_cuMemcpyDtoHAsync(void* d, CUdeviceptr s, size_t n, CUstream st) { return cu.cuMemcpyDtoHAsync(d, s, n, st); }
+static CUresult k_cuMemcpyDtoDAsync(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) { return cu.cuMemcpyDtoDAsync(d, s, n, st); }
+static CUresult k_cuMemsetD32Async(CUdeviceptr d, unsigned v, size_t n, CUstream st) { return cu.cuMemsetD32Async(d, v, n, st); }
+static CUresult k_cuStreamCreate(CUstream* s) { return cu.cuStreamCreate(s, 1); } // non-blocking
+static CUresult k_cuStreamDestroy(CUstream s) { return cu.cuStreamDestroy(s); }
+static CUresult k_cuStreamSynchronize(CUstream s) { return cu.cuStreamSynchronize(s); }
+static CUresult k_cuEventCreate(CUevent* e) { return cu.cuEventCreate(e, 0); }
+static CUresult k_cuEventDestroy(CUevent e) { return cu.cuEventDestroy(e); }
+static CUresult k_cuEventRecord(CUevent e, CUstream s) { return cu.cuEventRecord(e, s); }
+static CUresult k_cuEventSynchronize(CUevent e) { return cu.cuEventSynchronize(e); }
+static CUresult k_cuEventElapsedTime(float* ms, CUevent a, CUevent b) { return cu.cuEventElapsedTime(ms, a, b); }
+static CUresult k_cuStreamBeginCapture(CUstream s) { return cu.cuStreamBeginCapture(s, 2); } // relaxed
+static CUresult k_cuStreamEndCapture(CUstream s, CUgraph* g) { return cu.cuStreamEndCapture(s, g); }
+static CUresult k_cuGraphInstantiate(CUgraphExec* x, CUgraph g) { return cu.cuGraphInstantiateWithFlags(x, g, 0); }
+static CUresult k_cuGraphLaunch(CUgraphExec x, CUstream s) { return cu.cuGraphLaunch(x, s); }
+static CUresult k_cuGraphDestroy(CUgraph g) { return cu.cuGraphDestroy(g); }
+static CUresult k_cuGraphExecDestroy(CUgraphExec x) { return cu.cuGraphExecDestroy(x); }
 
-// k_launch packs up to 24 kernel arguments, each given as its 8-byte slot
-// value and its size, into the pointer array cuLaunchKernel wants.
+// k_launch launches f with one by-value argument: the ABI struct at args.
 static CUresult k_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                         unsigned smem, CUstream s, int n, const unsigned long long* vals) {
-	unsigned long long slots[24];
-	void* params[24];
-	if (n > 24) return 1;
-	for (int i = 0; i < n; i++) {
-		slots[i] = vals[i];
-		params[i] = &slots[i];
-	}
-	return api.cuLaunchKernel(f, gx, gy, gz, bx, 1, 1, smem, s, params, NULL);
+                         unsigned smem, CUstream s, void* args) {
+	void* params[1] = {args};
+	return cu.cuLaunchKernel(f, gx, gy, gz, bx, 1, 1, smem, s, params, NULL);
 }
 
-static nvrtcResult k_nvrtcVersion(int* a, int* b) { return api.nvrtcVersion(a, b); }
+static nvrtcResult k_nvrtcVersion(int* a, int* b) { return nv.nvrtcVersion(a, b); }
 static nvrtcResult k_nvrtcCreateProgram(nvrtcProgram* p, const char* src, const char* name) {
-	return api.nvrtcCreateProgram(p, src, name, 0, NULL, NULL);
+	return nv.nvrtcCreateProgram(p, src, name, 0, NULL, NULL);
 }
 static nvrtcResult k_nvrtcCompileProgram(nvrtcProgram p, int n, char** opts) {
-	return api.nvrtcCompileProgram(p, n, (const char* const*)opts);
+	return nv.nvrtcCompileProgram(p, n, (const char* const*)opts);
 }
-static nvrtcResult k_nvrtcGetProgramLogSize(nvrtcProgram p, size_t* n) { return api.nvrtcGetProgramLogSize(p, n); }
-static nvrtcResult k_nvrtcGetProgramLog(nvrtcProgram p, char* s) { return api.nvrtcGetProgramLog(p, s); }
-static nvrtcResult k_nvrtcGetCUBINSize(nvrtcProgram p, size_t* n) { return api.nvrtcGetCUBINSize(p, n); }
-static nvrtcResult k_nvrtcGetCUBIN(nvrtcProgram p, char* s) { return api.nvrtcGetCUBIN(p, s); }
-static nvrtcResult k_nvrtcDestroyProgram(nvrtcProgram* p) { return api.nvrtcDestroyProgram(p); }
+static nvrtcResult k_nvrtcGetProgramLogSize(nvrtcProgram p, size_t* n) { return nv.nvrtcGetProgramLogSize(p, n); }
+static nvrtcResult k_nvrtcGetProgramLog(nvrtcProgram p, char* s) { return nv.nvrtcGetProgramLog(p, s); }
+static nvrtcResult k_nvrtcGetCUBINSize(nvrtcProgram p, size_t* n) { return nv.nvrtcGetCUBINSize(p, n); }
+static nvrtcResult k_nvrtcGetCUBIN(nvrtcProgram p, char* s) { return nv.nvrtcGetCUBIN(p, s); }
+static nvrtcResult k_nvrtcDestroyProgram(nvrtcProgram* p) { return nv.nvrtcDestroyProgram(p); }
 */
 import "C"
 
@@ -240,7 +234,6 @@ type (
 	cuEvent    = C.CUevent
 	cuGraph    = C.CUgraph
 	cuGraphX   = C.CUgraphExec
-	devptr     = uint64
 )
 
 func check(call string, r C.CUresult) error {
@@ -250,7 +243,9 @@ func check(call string, r C.CUresult) error {
 	return &Error{Call: call, Code: int(r), Name: C.GoString(C.kmoe_error_name(r))}
 }
 
-func dlLoadCUDA(path string) (failed string) {
+// dlLoadCUDA loads the driver table; "" on success, else why it failed
+// (dlerror's text, or "missing symbol NAME").
+func dlLoadCUDA(path string) (why string) {
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
 	if bad := C.kmoe_load_cuda(cs); bad != nil {
@@ -259,17 +254,14 @@ func dlLoadCUDA(path string) (failed string) {
 	return ""
 }
 
-func dlLoadNVRTC(path string) (failed string) {
+func dlLoadNVRTC(path string) (why string) {
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
 	if bad := C.kmoe_load_nvrtc(cs); bad != nil {
-		failed = C.GoString(bad)
-		C.kmoe_unload_nvrtc()
+		return C.GoString(bad)
 	}
-	return failed
+	return ""
 }
-
-func dlUnloadCUDA() { C.kmoe_unload_cuda() }
 
 func cuInit() error { return check("cuInit", C.k_cuInit()) }
 
@@ -369,9 +361,11 @@ func cuMemsetD32(dst devptr, v uint32, n int, s cuStream) error {
 	return check("cuMemsetD32Async", C.k_cuMemsetD32Async(C.CUdeviceptr(dst), C.uint(v), C.size_t(n), s))
 }
 
-func cuLaunch(f cuFunction, grid [3]int, block, smem int, s cuStream, args []uint64) error {
+// cuLaunch launches f with its ABI argument struct (copied by the driver
+// at launch, and into the node when a graph is being captured).
+func cuLaunch[A any](f cuFunction, grid [3]int, block, smem int, s cuStream, args *A) error {
 	return check("cuLaunchKernel", C.k_launch(f, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]), C.uint(block),
-		C.uint(smem), s, C.int(len(args)), (*C.ulonglong)(unsafe.Pointer(&args[0]))))
+		C.uint(smem), s, unsafe.Pointer(args)))
 }
 
 func cuStreamCreate() (cuStream, error) {

@@ -4,14 +4,42 @@
 // Loading. Nothing is loaded at import or init. Open (or backend.Open
 // ("cuda")) dlopens libcuda.so.1 and NVRTC and resolves every symbol with
 // dlsym into a table; the package never links CUDA, so it builds with gcc
-// alone, and without cgo it builds and reports ErrUnavailable. The library
-// is reference-counted across opens. NVRTC is searched as $KIMIMOE_NVRTC,
-// libnvrtc.so, libnvrtc.so.13, libnvrtc.so.12, then
-// $CUDA_HOME/lib64/libnvrtc.so; the driver as $KIMIMOE_LIBCUDA, then
-// libcuda.so.1. Errors are typed and work before loading: errors.Is with
-// ErrUnavailable, ErrNoDriver, ErrNoDevice, ErrNoNVRTC, ErrCompile,
-// backend.ErrUnsupported; *CompileError carries the NVRTC log and *Error a
+// alone, and without cgo it builds and reports ErrUnavailable. Each library
+// is loaded at most once per process, into a table of its own that is
+// published only when every symbol resolved, and never unloaded. NVRTC is
+// $KIMIMOE_NVRTC if set (and only that), else the first of libnvrtc.so,
+// libnvrtc.so.13, libnvrtc.so.12, $CUDA_HOME/lib64/libnvrtc.so; the driver
+// is $KIMIMOE_LIBCUDA, else libcuda.so.1. A failed load reports dlopen's
+// own message, or the missing symbol. $KIMIMOE_DEVICE picks the device
+// ordinal (default 0); a value that is not one is an error. Errors are
+// typed and work before loading: errors.Is with ErrUnavailable,
+// ErrNoDriver, ErrNoDevice, ErrNoNVRTC, ErrCompile, backend.ErrUnsupported,
+// backend.ErrClosed; *CompileError carries the NVRTC log and *Error a
 // CUresult.
+//
+// # The kernel ABI
+//
+// What Go and the kernels share is defined once, in abi.go: block geometry,
+// the activation codes (FlashInfer's numbers, from package activation),
+// the packing of activation parameters, recipe and chain codes, the entry
+// point names and one argument struct per kernel. abi.go renders it as C
+// (macros and structs, each struct's size asserted) that is prepended to
+// kernels/moe.cu before NVRTC compiles it; each kernel takes its struct by
+// value, and the host launches a kernel only with its own struct type
+// (kernel[A]). Tests that need no GPU check that the kernels use only the
+// generated macros and that every entry point takes the struct abi.go says.
+//
+// # Lifecycle
+//
+// Backend.Close frees every layer still open, then the stream, module and
+// context, and returns every error it met; Layer.Close frees the layer's
+// memory once. Calls after either Close return errors wrapping
+// backend.ErrClosed; a second Close returns nil. All device calls of a
+// Backend and its layers are serialized by one lock, so Forward and Close
+// may be called concurrently. A layer keeps device buffers (and up to two
+// CUDA graphs, one per input form: float x, quantized on the device, or x
+// given as MXFP8) per token count, for at most 8 token counts; the least
+// recently used is freed beyond that.
 //
 // Kernels. kernels/moe.cu is embedded and compiled by NVRTC for the
 // device's architecture on first use, then cached on disk under

@@ -6,21 +6,25 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 )
 
-// The library table is process-wide (dlopen handles are), reference-counted
-// by acquire/release. Device state lives in each Backend.
+// The library tables are process-wide (dlopen handles are). Each library
+// is loaded at most once and never unloaded: there is no reference count
+// to get wrong, and a compile on one goroutine cannot race a Close on
+// another. Device state lives in each Backend.
 var (
-	libMu   sync.Mutex
-	libRefs int
-	nvrtcOK bool
+	libMu      sync.Mutex
+	driverOK   bool // libcuda loaded and cuInit succeeded
+	nvrtcOK    bool
+	driverPath string
 )
 
 func nvrtcCandidates() []string {
 	var c []string
 	if p := os.Getenv("KIMIMOE_NVRTC"); p != "" {
-		c = append(c, p)
+		return []string{p} // named explicitly: only this one
 	}
 	c = append(c, "libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12")
 	if h := os.Getenv("CUDA_HOME"); h != "" {
@@ -38,63 +42,49 @@ func loadNVRTC() error {
 	}
 	var tried []string
 	for _, p := range nvrtcCandidates() {
-		bad := dlLoadNVRTC(p)
-		if bad == "" {
+		why := dlLoadNVRTC(p)
+		if why == "" {
 			nvrtcOK = true
 			return nil
 		}
-		tried = append(tried, bad)
+		tried = append(tried, p+": "+why)
 	}
-	return fmt.Errorf("%w (tried %v; set KIMIMOE_NVRTC to its path)", ErrNoNVRTC, tried)
+	hint := "set KIMIMOE_NVRTC to its path"
+	if os.Getenv("KIMIMOE_NVRTC") != "" {
+		hint = "KIMIMOE_NVRTC names a library that is not a usable NVRTC"
+	}
+	return fmt.Errorf("%w (%s; %s)", ErrNoNVRTC, strings.Join(tried, "; "), hint)
 }
 
-// acquire loads the driver and initializes CUDA, once per process; each
-// successful call is paired with release.
-func acquire() error {
+// loadDriver opens libcuda and runs cuInit, once per process.
+func loadDriver() error {
 	libMu.Lock()
-	if libRefs > 0 {
-		libRefs++
-		libMu.Unlock()
+	defer libMu.Unlock()
+	if driverOK {
 		return nil
 	}
-	err := loadDriver()
-	libMu.Unlock()
-	if err != nil {
-		return err
-	}
-	if err := loadNVRTC(); err != nil {
-		libMu.Lock()
-		dlUnloadCUDA()
-		libMu.Unlock()
-		return err
-	}
-	libMu.Lock()
-	libRefs++
-	libMu.Unlock()
-	return nil
-}
-
-// loadDriver opens libcuda and runs cuInit; libMu is held.
-func loadDriver() error {
 	path := os.Getenv("KIMIMOE_LIBCUDA")
 	if path == "" {
 		path = "libcuda.so.1"
 	}
-	if bad := dlLoadCUDA(path); bad != "" {
-		dlUnloadCUDA()
-		return fmt.Errorf("%w: cannot load %s (set KIMIMOE_LIBCUDA to its path)", ErrNoDriver, bad)
+	if why := dlLoadCUDA(path); why != "" {
+		hint := "set KIMIMOE_LIBCUDA to its path"
+		if strings.HasPrefix(why, "missing symbol") {
+			hint = "is it the CUDA driver library?"
+		}
+		return fmt.Errorf("%w: %s: %s (%s)", ErrNoDriver, path, why, hint)
 	}
 	if err := cuInit(); err != nil {
-		dlUnloadCUDA()
-		return fmt.Errorf("%w: %v", ErrNoDriver, err)
+		return fmt.Errorf("%w: %s: %v", ErrNoDriver, path, err)
 	}
+	driverOK, driverPath = true, path
 	return nil
 }
 
-func release() {
-	libMu.Lock()
-	defer libMu.Unlock()
-	if libRefs--; libRefs == 0 {
-		dlUnloadCUDA()
+// acquire loads what a Backend needs: the driver and NVRTC.
+func acquire() error {
+	if err := loadDriver(); err != nil {
+		return err
 	}
+	return loadNVRTC()
 }

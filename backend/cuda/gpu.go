@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"reflect"
 	"runtime"
 	"sort"
 	"sync"
@@ -25,9 +26,11 @@ const (
 	attrCCMinor = 76
 )
 
-// chunkK is KC in kernels/moe.cu, the k elements staged per step (K and N
-// must be multiples of it).
-const chunkK = 128
+// maxWorkspaces bounds the per-token-count workspaces (device buffers and
+// graphs) a layer keeps; the least recently used is freed beyond it. A
+// serving loop uses a handful of batch sizes; a sweep over many M stays
+// bounded at this many.
+const maxWorkspaces = 8
 
 // tileTokens picks the GEMMs' token tile (TT) for a forward of m tokens:
 // 64 (two CTAs per SM) up to 512 tokens, 128 (each weight load reused by
@@ -35,25 +38,74 @@ const chunkK = 128
 // faster at M <= 128 and even at 512, TT=128 faster at 2048 and 8192.
 func tileTokens(m int) int {
 	if m <= 512 {
-		return 64
+		return abiTileSmall
 	}
-	return 128
+	return abiTileLarge
+}
+
+// kernel is an entry point bound to its ABI argument type.
+type kernel[A any] struct{ fn cuFunction }
+
+func (k kernel[A]) launch(grid [3]int, s cuStream, args *A) error {
+	return cuLaunch(k.fn, grid, abiThreads, 0, s, args)
+}
+
+// bind looks up spec in m as a kernel taking A; A must be spec's type.
+func bind[A any](m cuModule, spec kernelSpec) (kernel[A], error) {
+	if reflect.TypeFor[A]() != spec.args {
+		panic(fmt.Sprintf("cuda: %s takes %v, bound as %v", spec.name, spec.args, reflect.TypeFor[A]()))
+	}
+	f, err := cuModuleGetFunction(m, spec.name)
+	return kernel[A]{f}, err
+}
+
+// kernels are the module's entry points, typed.
+type kernels struct {
+	quantizeX    kernel[quantizeXArgs]
+	routeCount   kernel[routeCountArgs]
+	routeScatter kernel[routeScatterArgs]
+	gemm1        map[int]kernel[gemm1Args] // by token tile
+	gemm2        map[int]kernel[gemm2Args]
+	finalize     kernel[finalizeArgs]
+}
+
+func loadKernels(m cuModule) (*kernels, error) {
+	k := &kernels{gemm1: map[int]kernel[gemm1Args]{}, gemm2: map[int]kernel[gemm2Args]{}}
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
+	var err error
+	k.quantizeX, err = bind[quantizeXArgs](m, kQuantizeX)
+	add(err)
+	k.routeCount, err = bind[routeCountArgs](m, kRouteCount)
+	add(err)
+	k.routeScatter, err = bind[routeScatterArgs](m, kRouteScatter)
+	add(err)
+	for tt, specs := range map[int][2]kernelSpec{abiTileSmall: {kGemm1Small, kGemm2Small}, abiTileLarge: {kGemm1Large, kGemm2Large}} {
+		g1, err := bind[gemm1Args](m, specs[0])
+		add(err)
+		g2, err := bind[gemm2Args](m, specs[1])
+		add(err)
+		k.gemm1[tt], k.gemm2[tt] = g1, g2
+	}
+	k.finalize, err = bind[finalizeArgs](m, kFinalize)
+	add(err)
+	return k, errors.Join(errs...)
 }
 
 // Backend drives one GPU: its primary context, one stream, the compiled
 // module.
 type Backend struct {
-	mu      sync.Mutex
-	dev     int
-	name    string
-	arch    string
-	sms     int
-	ctx     cuContext
-	stream  cuStream
-	module  cuModule
-	fn      map[string]cuFunction
-	closed  bool
-	release func()
+	mu     sync.Mutex
+	dev    int
+	name   string
+	arch   string
+	sms    int
+	ctx    cuContext
+	stream cuStream
+	module cuModule
+	k      *kernels
+	layers map[*Layer]bool // open layers, closed with the backend
+	closed bool
 }
 
 // Open opens device ordinal 0 (or $KIMIMOE_DEVICE). Set
@@ -63,12 +115,7 @@ func Open() (*Backend, error) {
 	if err := acquire(); err != nil {
 		return nil, err
 	}
-	b, err := open()
-	if err != nil {
-		release()
-		return nil, err
-	}
-	return b, nil
+	return open()
 }
 
 func open() (*Backend, error) {
@@ -78,15 +125,15 @@ func open() (*Backend, error) {
 	if err != nil || n == 0 {
 		return nil, fmt.Errorf("%w (%d devices: %v)", ErrNoDevice, n, err)
 	}
-	ord := 0
-	if s := os.Getenv("KIMIMOE_DEVICE"); s != "" {
-		fmt.Sscan(s, &ord)
+	ord, err := deviceOrdinal(os.Getenv("KIMIMOE_DEVICE"), n)
+	if err != nil {
+		return nil, err
 	}
 	dev, err := cuDeviceGet(ord)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoDevice, err)
 	}
-	b := &Backend{dev: dev, fn: map[string]cuFunction{}, release: release}
+	b := &Backend{dev: dev, layers: map[*Layer]bool{}}
 	b.name, _ = cuDeviceName(dev)
 	major, _ := cuDeviceAttribute(dev, attrCCMajor)
 	minor, _ := cuDeviceAttribute(dev, attrCCMinor)
@@ -114,13 +161,7 @@ func open() (*Backend, error) {
 		b.module, err = cuModuleLoadData(cubin)
 	}
 	if err == nil {
-		for _, k := range kernelNames {
-			var f cuFunction
-			if f, err = cuModuleGetFunction(b.module, k); err != nil {
-				break
-			}
-			b.fn[k] = f
-		}
+		b.k, err = loadKernels(b.module)
 	}
 	if err == nil {
 		b.stream, err = cuStreamCreate()
@@ -144,7 +185,7 @@ func (b *Backend) enter() (func(), error) {
 	runtime.LockOSThread()
 	if b.closed {
 		runtime.UnlockOSThread()
-		return nil, errors.New("cuda: backend is closed")
+		return nil, fmt.Errorf("%w: the cuda backend is closed", backend.ErrClosed)
 	}
 	if err := cuCtxSetCurrent(b.ctx); err != nil {
 		runtime.UnlockOSThread()
@@ -181,7 +222,9 @@ func (b *Backend) Capabilities() backend.Capabilities {
 	}
 }
 
-// Close releases the stream, module and context.
+// Close frees the memory of every layer still open, then releases the
+// stream, module and context, and returns every error it met. A second
+// Close returns nil.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -190,13 +233,14 @@ func (b *Backend) Close() error {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	cuCtxSetCurrent(b.ctx)
-	cuStreamDestroy(b.stream)
-	cuModuleUnload(b.module)
-	cuPrimaryCtxRelease(b.dev)
+	errs := []error{cuCtxSetCurrent(b.ctx)}
+	for l := range b.layers {
+		errs = append(errs, l.free())
+	}
+	b.layers = nil
+	errs = append(errs, cuStreamDestroy(b.stream), cuModuleUnload(b.module), cuPrimaryCtxRelease(b.dev))
 	b.closed = true
-	b.release()
-	return nil
+	return errors.Join(errs...)
 }
 
 // CopyBandwidth times device-to-device copies of n bytes (median of iters)
@@ -236,18 +280,32 @@ func (b *Backend) CopyBandwidth(n int, iters int) (bw float64, err error) {
 // Prepare implements backend.Backend: it checks the request and copies the
 // weights and activation parameters to the device.
 func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, error) {
+	if w == nil {
+		return nil, fmt.Errorf("%w: Prepare: weights are nil", moe.ErrInput)
+	}
 	if err := b.Capabilities().Check(spec, w, "cuda", backend.GoName); err != nil {
 		return nil, err
 	}
 	if err := spec.Validate(w); err != nil {
 		return nil, err
 	}
-	if w.K%chunkK != 0 || w.N%chunkK != 0 {
+	if w.K%abiStageK != 0 || w.N%abiStageK != 0 {
 		return nil, fmt.Errorf("%w: backend \"cuda\" needs K and N multiples of %d, have K=%d N=%d; use the %q backend",
-			backend.ErrUnsupported, chunkK, w.K, w.N, backend.GoName)
+			backend.ErrUnsupported, abiStageK, w.K, w.N, backend.GoName)
 	}
-	l := &Layer{b: b, w: w, spec: spec, ws: map[int]*workspace{}}
-	if err := b.locked(func() error { return l.uploadWeights() }); err != nil {
+	numGlobal, err := spec.EP.NumGlobal(w.E)
+	if err != nil {
+		return nil, err
+	}
+	l := &Layer{b: b, w: w, spec: spec, numGlobal: numGlobal, ws: map[int]*workspace{}}
+	err = b.locked(func() error {
+		if err := l.uploadWeights(); err != nil {
+			return err
+		}
+		b.layers[l] = true
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -257,15 +315,8 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 func (l *Layer) uploadWeights() error {
 	b, w, spec := l.b, l.w, l.spec
 	var err error
-	ep := spec.EP
-	if ep.Size == 0 {
-		ep.Size = 1
-	}
-	l.epSize, l.epRank = ep.Size, ep.Rank
-	params := make([]float32, 0, 5*len(spec.Params))
-	for _, p := range spec.Params {
-		params = append(params, float32(p.SituBeta), float32(p.SituLinearBeta), float32(p.SwigluAlpha), float32(p.SwigluBeta), float32(p.SwigluLimit))
-	}
+	l.epRank = spec.EP.Normalize().Rank
+	params := packParams(spec.Params)
 	for _, up := range []struct {
 		dst  *devptr
 		data []byte
@@ -273,17 +324,14 @@ func (l *Layer) uploadWeights() error {
 		{&l.w31, w.W31}, {&l.w31s, w.W31Scale}, {&l.w2, w.W2}, {&l.w2s, w.W2Scale}, {&l.params, f32bytes(params)},
 	} {
 		if *up.dst, err = cuMemAlloc(len(up.data)); err != nil {
-			l.free()
-			return err
+			return errors.Join(err, l.free())
 		}
 		if err = cuMemcpyHtoD(*up.dst, up.data, b.stream); err != nil {
-			l.free()
-			return err
+			return errors.Join(err, l.free())
 		}
 	}
 	if err := cuStreamSync(b.stream); err != nil {
-		l.free()
-		return err
+		return errors.Join(err, l.free())
 	}
 	return nil
 }
@@ -302,63 +350,105 @@ func i32bytes(v []int32) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
 }
 
-// Layer is a prepared layer on the device.
+// Layer is a prepared layer on the device. Its methods may be called from
+// several goroutines: every device call holds the backend's lock.
 type Layer struct {
-	b              *Backend
-	w              *moe.Weights
-	spec           moe.LayerSpec
-	epSize, epRank int
-	w31, w31s      devptr
-	w2, w2s        devptr
-	params         devptr
-	ws             map[int]*workspace // per token count
+	b         *Backend
+	w         *moe.Weights
+	spec      moe.LayerSpec
+	numGlobal int
+	epRank    int
+	w31, w31s devptr
+	w2, w2s   devptr
+	params    devptr
+	ws        map[int]*workspace // per token count, at most maxWorkspaces
+	uses      uint64             // forwards so far, for the LRU order
+	closed    bool
 }
 
+// Input forms, which decide whether the forward quantizes x: a graph is
+// captured per form.
+const (
+	formQuantized = iota // x given as MXFP8 (Input.XQ)
+	formFloat            // x given as float32, quantized on the device
+)
+
 // workspace holds the device buffers of forwards with M tokens, and the
-// graph captured for them.
+// graphs captured for them (one per input form).
 type workspace struct {
 	m, topk                  int
 	x, xq, xs                devptr
 	ids, wts, pos, perm      devptr
 	counts, offset, tileBase devptr
 	aq, aqs, y, out          devptr
-	hasX                     bool
-	graph                    cuGraph
-	graphX                   cuGraphX
+	form                     int // of the input uploaded last
+	graph                    [2]cuGraph
+	graphX                   [2]cuGraphX
 	bufs                     []devptr
+	lastUse                  uint64
 }
 
-func (l *Layer) free() {
-	for _, p := range []devptr{l.w31, l.w31s, l.w2, l.w2s, l.params} {
-		if p != 0 {
-			cuMemFree(p)
+// free releases the layer's device memory and zeroes its pointers, so a
+// second call frees nothing twice.
+func (l *Layer) free() error {
+	var errs []error
+	for _, p := range []*devptr{&l.w31, &l.w31s, &l.w2, &l.w2s, &l.params} {
+		if *p != 0 {
+			errs = append(errs, cuMemFree(*p))
+			*p = 0
 		}
 	}
-	for _, ws := range l.ws {
-		ws.free()
-	}
-	l.ws = nil
-}
-
-func (ws *workspace) free() {
-	if ws.graphX != nil {
-		cuGraphExecDestroy(ws.graphX)
-		cuGraphDestroy(ws.graph)
-	}
-	for _, p := range ws.bufs {
-		cuMemFree(p)
-	}
-}
-
-func (l *Layer) workspace(m, topk int) (*workspace, error) {
-	if ws := l.ws[m]; ws != nil && ws.topk == topk {
-		return ws, nil
-	} else if ws != nil {
-		ws.free()
+	for m, ws := range l.ws {
+		errs = append(errs, ws.free())
 		delete(l.ws, m)
 	}
+	l.closed = true
+	return errors.Join(errs...)
+}
+
+func (ws *workspace) free() error {
+	var errs []error
+	for f := range ws.graphX {
+		if ws.graphX[f] != nil {
+			errs = append(errs, cuGraphExecDestroy(ws.graphX[f]), cuGraphDestroy(ws.graph[f]))
+			ws.graphX[f], ws.graph[f] = nil, nil
+		}
+	}
+	for _, p := range ws.bufs {
+		errs = append(errs, cuMemFree(p))
+	}
+	ws.bufs = nil
+	return errors.Join(errs...)
+}
+
+// workspace returns the buffers for m tokens of top-k, making them (and
+// evicting the least recently used beyond maxWorkspaces) if needed.
+func (l *Layer) workspace(m, topk int) (*workspace, error) {
+	l.uses++
+	if ws := l.ws[m]; ws != nil && ws.topk == topk {
+		ws.lastUse = l.uses
+		return ws, nil
+	} else if ws != nil {
+		delete(l.ws, m)
+		if err := ws.free(); err != nil {
+			return nil, err
+		}
+	}
+	for len(l.ws) >= maxWorkspaces {
+		oldest := -1
+		for m, ws := range l.ws {
+			if oldest < 0 || ws.lastUse < l.ws[oldest].lastUse {
+				oldest = m
+			}
+		}
+		ws := l.ws[oldest]
+		delete(l.ws, oldest)
+		if err := ws.free(); err != nil {
+			return nil, err
+		}
+	}
 	w := l.w
-	ws := &workspace{m: m, topk: topk}
+	ws := &workspace{m: m, topk: topk, lastUse: l.uses}
 	entries := m * topk
 	for _, a := range []struct {
 		p *devptr
@@ -371,8 +461,7 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 	} {
 		p, err := cuMemAlloc(a.n)
 		if err != nil {
-			ws.free()
-			return nil, err
+			return nil, errors.Join(err, ws.free())
 		}
 		*a.p = p
 		ws.bufs = append(ws.bufs, p)
@@ -381,9 +470,13 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 	return ws, nil
 }
 
-// upload validates in and copies it to the workspace for in.M.
+// upload validates in and copies it to the workspace for in.M, recording
+// its input form.
 func (l *Layer) upload(in *moe.Input) (*workspace, error) {
-	if err := in.Validate(l.w.K, l.w.E*l.epSize); err != nil {
+	if l.closed {
+		return nil, fmt.Errorf("%w: the layer is closed", backend.ErrClosed)
+	}
+	if err := in.Validate(l.w.K, l.numGlobal); err != nil {
 		return nil, err
 	}
 	ws, err := l.workspace(in.M, in.TopK)
@@ -391,8 +484,9 @@ func (l *Layer) upload(in *moe.Input) (*workspace, error) {
 		return nil, err
 	}
 	s := l.b.stream
-	ws.hasX = in.X != nil
-	if ws.hasX {
+	ws.form = formQuantized
+	if in.X != nil {
+		ws.form = formFloat
 		err = cuMemcpyHtoD(ws.x, f32bytes(in.X), s)
 	} else {
 		if err = cuMemcpyHtoD(ws.xq, in.XQ.Codes, s); err == nil {
@@ -408,9 +502,6 @@ func (l *Layer) upload(in *moe.Input) (*workspace, error) {
 	return ws, err
 }
 
-func ptr(p devptr) uint64 { return uint64(p) }
-func arg(v int) uint64    { return uint64(uint32(int32(v))) }
-
 // stepNames names enqueue's steps, for Profile.
 var stepNames = []string{"memset", "quantize_x", "route_count", "route_scatter", "gemm1_act", "gemm2", "finalize"}
 
@@ -420,55 +511,48 @@ func (l *Layer) enqueue(ws *workspace) error { return l.enqueueProfiled(ws, nil)
 // enqueueProfiled is enqueue; with events (len(stepNames)+1 of them) it
 // records one before the first step and one after each.
 func (l *Layer) enqueueProfiled(ws *workspace, events []cuEvent) error {
-	w, b, s := l.w, l.b, l.b.stream
+	w, k, s := l.w, l.b.k, l.b.stream
 	m, topk, entries := ws.m, ws.topk, ws.m*ws.topk
 	if m == 0 {
 		return nil
 	}
-	recipe := 0
-	if l.spec.Recipe == mxfp.RecipeRCeil {
-		recipe = 1
-	}
-	chainFI := 0
-	if l.spec.Chain == moe.ChainFlashInfer {
-		chainFI = 1
-	}
+	recipe := recipeCode(l.spec.Recipe)
 	tt := tileTokens(m)
 	maxTiles := (entries+tt-1)/tt + w.E
-	gemm1, gemm2 := b.fn[fmt.Sprintf("kmoe_gemm1_act_t%d", tt)], b.fn[fmt.Sprintf("kmoe_gemm2_t%d", tt)]
+	i32 := func(v int) int32 { return int32(v) }
 	steps := []func() error{
 		func() error { return cuMemsetD32(ws.pos, 0xFFFFFFFF, entries, s) },
 		func() error {
-			if !ws.hasX {
+			if ws.form != formFloat {
 				return nil
 			}
 			nblocks := m * w.K / 32
-			return cuLaunch(b.fn["kmoe_quantize_x"], [3]int{(nblocks*32 + 255) / 256, 1, 1}, 256, 0, s,
-				[]uint64{ptr(ws.x), ptr(ws.xq), ptr(ws.xs), arg(nblocks), arg(recipe)})
+			return k.quantizeX.launch([3]int{(nblocks*32 + abiThreads - 1) / abiThreads, 1, 1}, s,
+				&quantizeXArgs{X: ws.x, Codes: ws.xq, Scales: ws.xs, NBlocks: i32(nblocks), Recipe: recipe})
 		},
 		func() error {
-			return cuLaunch(b.fn["kmoe_route_count"], [3]int{w.E, 1, 1}, 256, 0, s,
-				[]uint64{ptr(ws.ids), arg(entries), arg(l.epRank), arg(w.E), ptr(ws.counts)})
+			return k.routeCount.launch([3]int{w.E, 1, 1}, s,
+				&routeCountArgs{IDs: ws.ids, Counts: ws.counts, NEntries: i32(entries), Rank: i32(l.epRank), ELocal: i32(w.E)})
 		},
 		func() error {
-			return cuLaunch(b.fn["kmoe_route_scatter"], [3]int{w.E, 1, 1}, 256, 0, s,
-				[]uint64{ptr(ws.ids), arg(entries), arg(l.epRank), arg(w.E), ptr(ws.counts), arg(tt),
-					ptr(ws.perm), ptr(ws.pos), ptr(ws.offset), ptr(ws.tileBase)})
+			return k.routeScatter.launch([3]int{w.E, 1, 1}, s,
+				&routeScatterArgs{IDs: ws.ids, Counts: ws.counts, Perm: ws.perm, Pos: ws.pos, Offset: ws.offset, TileBase: ws.tileBase,
+					NEntries: i32(entries), Rank: i32(l.epRank), ELocal: i32(w.E), TT: i32(tt)})
 		},
 		func() error {
-			return cuLaunch(gemm1, [3]int{w.N / 64, maxTiles, 1}, 256, 0, s,
-				[]uint64{ptr(ws.xq), ptr(ws.xs), arg(w.K), arg(topk), ptr(l.w31), ptr(l.w31s), arg(w.N), arg(w.E),
-					ptr(ws.perm), ptr(ws.offset), ptr(ws.tileBase), arg(int(l.spec.Activation)), ptr(l.params),
-					arg(len(l.spec.Params)), arg(chainFI), arg(recipe), ptr(ws.aq), ptr(ws.aqs)})
+			return k.gemm1[tt].launch([3]int{w.N / abiGemm1Features, maxTiles, 1}, s,
+				&gemm1Args{XQ: ws.xq, XS: ws.xs, W31: l.w31, W31S: l.w31s, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
+					Params: l.params, AQ: ws.aq, AQS: ws.aqs, K: i32(w.K), N: i32(w.N), TopK: i32(topk), ELocal: i32(w.E),
+					Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
 		},
 		func() error {
-			return cuLaunch(gemm2, [3]int{w.K / 128, maxTiles, 1}, 256, 0, s,
-				[]uint64{ptr(ws.aq), ptr(ws.aqs), arg(w.N), ptr(l.w2), ptr(l.w2s), arg(w.K), arg(w.E),
-					ptr(ws.offset), ptr(ws.tileBase), ptr(ws.y)})
+			return k.gemm2[tt].launch([3]int{w.K / abiGemm2Rows, maxTiles, 1}, s,
+				&gemm2Args{AQ: ws.aq, AQS: ws.aqs, W2: l.w2, W2S: l.w2s, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
+					N: i32(w.N), K: i32(w.K), ELocal: i32(w.E)})
 		},
 		func() error {
-			return cuLaunch(b.fn["kmoe_finalize"], [3]int{m, (w.K + 255) / 256, 1}, 256, 0, s,
-				[]uint64{ptr(ws.y), ptr(ws.pos), ptr(ws.wts), arg(topk), arg(w.K), ptr(ws.out)})
+			return k.finalize.launch([3]int{m, (w.K + abiFinalizeCols - 1) / abiFinalizeCols, 1}, s,
+				&finalizeArgs{Y: ws.y, Pos: ws.pos, Wts: ws.wts, Out: ws.out, TopK: i32(topk), K: i32(w.K)})
 		},
 	}
 	if events != nil {
@@ -494,7 +578,7 @@ func (l *Layer) enqueueProfiled(ws *workspace, events []cuEvent) error {
 func (l *Layer) Profile(m int) (out map[string]float64, err error) {
 	err = l.b.locked(func() error {
 		ws := l.ws[m]
-		if ws == nil {
+		if ws == nil || l.closed {
 			return fmt.Errorf("cuda: Profile(%d): no uploaded input of %d tokens", m, m)
 		}
 		events := make([]cuEvent, len(stepNames)+1)
@@ -547,19 +631,7 @@ func (l *Layer) download(dst []float32, ws *workspace, rows []int) error {
 }
 
 func (l *Layer) checkDst(dst []float32, in *moe.Input, rows []int) error {
-	n := in.M
-	if rows != nil {
-		n = len(rows)
-		for _, r := range rows {
-			if r < 0 || r >= in.M {
-				return fmt.Errorf("%w: row %d outside [0, %d)", moe.ErrInput, r, in.M)
-			}
-		}
-	}
-	if len(dst) != n*l.w.K {
-		return fmt.Errorf("%w: dst has %d values, want [%d, %d]", moe.ErrInput, len(dst), n, l.w.K)
-	}
-	return nil
+	return backend.CheckForward(dst, in, rows, l.w.K, l.numGlobal)
 }
 
 // Forward implements backend.Layer: the whole layer runs for all M tokens on
@@ -598,9 +670,12 @@ func (l *Layer) ForwardGraph(dst []float32, in *moe.Input) error {
 	})
 }
 
+// replay launches the graph of ws's current input form, capturing it on
+// first use.
 func (l *Layer) replay(ws *workspace) error {
 	s := l.b.stream
-	if ws.graphX == nil {
+	f := ws.form
+	if ws.graphX[f] == nil {
 		if err := cuStreamSync(s); err != nil { // uploads done before capture
 			return err
 		}
@@ -620,9 +695,9 @@ func (l *Layer) replay(ws *workspace) error {
 			cuGraphDestroy(g)
 			return err
 		}
-		ws.graph, ws.graphX = g, x
+		ws.graph[f], ws.graphX[f] = g, x
 	}
-	return cuGraphLaunch(ws.graphX, s)
+	return cuGraphLaunch(ws.graphX[f], s)
 }
 
 // Upload copies in to the device for TimeForward (backend.Timer).
@@ -641,17 +716,17 @@ func (l *Layer) Upload(in *moe.Input) error {
 func (l *Layer) TimeForward(m int, graph bool) (ms float64, err error) {
 	err = l.b.locked(func() error {
 		ws := l.ws[m]
-		if ws == nil {
+		if ws == nil || l.closed {
 			return fmt.Errorf("cuda: TimeForward(%d): no uploaded input of %d tokens", m, m)
 		}
-		if graph && ws.graphX == nil { // capture outside the timed region
+		if graph && ws.graphX[ws.form] == nil { // capture outside the timed region
 			if err := l.replay(ws); err != nil {
 				return err
 			}
 		}
 		run := func() error { return l.enqueue(ws) }
 		if graph {
-			run = func() error { return cuGraphLaunch(ws.graphX, l.b.stream) }
+			run = func() error { return cuGraphLaunch(ws.graphX[ws.form], l.b.stream) }
 		}
 		ms, err = timeOn(l.b.stream, run)
 		return err
@@ -691,10 +766,21 @@ func timeOn(s cuStream, f func() error) (float64, error) {
 	return ms, err
 }
 
-// Close frees the layer's device memory.
+// Close frees the layer's device memory and returns any error of doing
+// so. A second Close, or a Close after the backend's (which freed the
+// layer already), returns nil.
 func (l *Layer) Close() error {
-	// An error means the backend is closed: its context, and so the
-	// layer's memory, are gone already.
-	l.b.locked(func() error { l.free(); return nil })
-	return nil
+	l.b.mu.Lock()
+	closed := l.closed || l.b.closed
+	l.b.mu.Unlock()
+	if closed {
+		return nil
+	}
+	return l.b.locked(func() error {
+		if l.closed {
+			return nil
+		}
+		delete(l.b.layers, l)
+		return l.free()
+	})
 }

@@ -2,23 +2,7 @@
 
 package cuda
 
-import (
-	_ "embed"
-	"fmt"
-)
-
-//go:embed kernels/moe.cu
-var kernelSource string
-
-// Arch names an NVRTC target.
-const (
-	ArchSM90   = "sm_90"
-	ArchSM120a = "sm_120a"
-)
-
-// kernelNames are the entry points in kernels/moe.cu.
-var kernelNames = []string{"kmoe_quantize_x", "kmoe_route_count", "kmoe_route_scatter",
-	"kmoe_gemm1_act_t64", "kmoe_gemm1_act_t128", "kmoe_gemm2_t64", "kmoe_gemm2_t128", "kmoe_finalize"}
+import "fmt"
 
 func compileOptions(arch string, nativeMX bool) []string {
 	opts := []string{"--gpu-architecture=" + arch, "-std=c++17", "--fmad=false", "-default-device"}
@@ -43,11 +27,12 @@ func CompileFor(arch string, nativeMX bool) ([]byte, error) {
 	ver := fmt.Sprintf("%d.%d", major, minor)
 	opts := compileOptions(arch, nativeMX)
 	dir := cacheDir()
-	key := cacheKey(kernelSource, arch, opts, ver)
+	src := kernelProgram()
+	key := cacheKey(src, arch, opts, ver)
 	if cubin := cacheGet(dir, key); cubin != nil {
 		return cubin, nil
 	}
-	cubin, err := nvrtcCompile(kernelSource, "moe.cu", arch, opts)
+	cubin, err := nvrtcCompile(src, "moe.cu", arch, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -10,8 +10,16 @@
 //    value).
 //  - sm_120a (KMOE_NATIVE_MX): mma.sync.kind::mxf8f6f4.block_scale with the
 //    ue8m0 scales applied by the tensor core. Compiled, never run here.
+//
+// The ABI (KMOE_* macros, one argument struct per kernel) is generated
+// from backend/cuda/abi.go and prepended to this file before compiling;
+// each kernel takes its struct by value. The static_asserts below tie the
+// code's assumptions to that geometry.
 
-typedef unsigned char u8;
+#ifndef KMOE_THREADS
+#error "compile with the ABI header from backend/cuda/abi.go prepended"
+#endif
+
 typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -20,6 +28,12 @@ struct __align__(8) f2 {
 };
 
 #define BLOCK 32
+
+static_assert(KMOE_THREADS == 256, "the GEMMs' warp roles assume 8 warps");
+static_assert(KMOE_GEMM1_FEATURES == 64, "GEMM1: 8 warps x 8 features, two 32-feature MXFP8 blocks per CTA");
+static_assert(KMOE_GEMM2_ROWS == 128, "GEMM2: 8 warps x 16 rows");
+static_assert(KMOE_STAGE_K == 128, "stage_tokens moves KC/16 16-byte pieces per token");
+static_assert(KMOE_PARAM_STRIDE == 5, "gated_act reads 5 parameters per expert");
 
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 __device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
@@ -56,10 +70,10 @@ __device__ __forceinline__ u32 e4m3_abs(u32 u) {
 }
 
 // Block scale exponent X + 127 from amax bits (non-NaN max of |v|), per
-// recipe (0 floor, 1 rceil). E4M3: emax 8, maxpos 448 = 1.75 * 2^8.
+// recipe (KMOE_RECIPE_FLOOR or KMOE_RECIPE_RCEIL). E4M3: emax 8, maxpos 448 = 1.75 * 2^8.
 // Returns 0xFF for a floor block with a non-finite element.
 __device__ __forceinline__ u32 block_scale_e4m3(u32 amax, bool nan, int recipe) {
-    if (recipe == 0 && (nan || amax >= 0x7F800000u)) return 0xFFu;
+    if (recipe == KMOE_RECIPE_FLOOR && (nan || amax >= 0x7F800000u)) return 0xFFu;
     int x;
     if (amax == 0u) x = -127;
     else if (amax >= 0x7F800000u) x = 127;
@@ -67,7 +81,7 @@ __device__ __forceinline__ u32 block_scale_e4m3(u32 amax, bool nan, int recipe) 
     else {
         int e = (int)(amax >> 23) - 127;
         u32 m = amax & 0x7FFFFFu;
-        if (recipe == 0) x = e - 8;
+        if (recipe == KMOE_RECIPE_FLOOR) x = e - 8;
         else x = (m <= 0x600000u) ? e - 8 : e - 7;
     }
     x = imax(-127, imin(127, x));
@@ -152,10 +166,9 @@ __device__ __forceinline__ void mx_mma(float acc[4], const u32 a[4], const u32 b
 
 // ------------------------------------------------------- activations --
 
-// Kind values are FlashInfer 0.6.18's: Swiglu 3, Geglu 4, SwigluBias 5,
-// SwigluStep 7, GegluTanh 8, Situ 10. p: situ_beta, situ_linear_beta,
-// swiglu_alpha, swiglu_beta, swiglu_limit. Same operation order as
-// activation.Eval32.
+// Kind codes (KMOE_ACT_*) are FlashInfer 0.6.18's ABI values and p holds
+// one expert's KMOE_PARAM_STRIDE parameters, both from the ABI header. Same
+// operation order as activation.Eval32.
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // fminf/fmaxf return the other operand for a NaN; the oracle (Go's
@@ -166,21 +179,21 @@ __device__ __forceinline__ float pmax(float a, float b) { return a != a ? a : fm
 
 __device__ float gated_act(int kind, const float* p, float g, float u) {
     switch (kind) {
-    case 3: return g * sigmoidf_(g) * u;
-    case 4: return g / 2.0f * erfcf(-g / 1.41421356237309515f) * u;
-    case 5: {
-        float lim = p[4];
+    case KMOE_ACT_SWIGLU: return g * sigmoidf_(g) * u;
+    case KMOE_ACT_GEGLU: return g / 2.0f * erfcf(-g / 1.41421356237309515f) * u;
+    case KMOE_ACT_SWIGLU_OAI: {
+        float lim = p[KMOE_PARAM_SWIGLU_LIMIT];
         g = pmin(g, lim);
         float uu = pmin(pmax(u, -lim), lim);
-        return g * sigmoidf_(p[2] * g) * (uu + p[3]);
+        return g * sigmoidf_(p[KMOE_PARAM_SWIGLU_ALPHA] * g) * (uu + p[KMOE_PARAM_SWIGLU_BETA]);
     }
-    case 7: {
-        float lim = p[4];
+    case KMOE_ACT_SWIGLU_STEP: {
+        float lim = p[KMOE_PARAM_SWIGLU_LIMIT];
         return pmin(g * sigmoidf_(g), lim) * pmin(pmax(u, -lim), lim);
     }
-    case 8: return g * sigmoidf_(2.0f * 0.797884560802865355f * (g + 0.044715f * g * g * g)) * u;
-    case 10: {
-        float b = p[0], lb = p[1];
+    case KMOE_ACT_GEGLU_TANH: return g * sigmoidf_(2.0f * 0.797884560802865355f * (g + 0.044715f * g * g * g)) * u;
+    case KMOE_ACT_SITU: {
+        float b = p[KMOE_PARAM_SITU_BETA], lb = p[KMOE_PARAM_SITU_LINEAR_BETA];
         return b * tanhf(g / b) * sigmoidf_(g) * (lb * tanhf(u / lb));
     }
     }
@@ -190,8 +203,11 @@ __device__ float gated_act(int kind, const float* p, float g, float u) {
 // --------------------------------------------------- quantize x (MXFP8) --
 
 // One warp per 32-block of x [M, K].
-extern "C" __global__ void kmoe_quantize_x(const float* __restrict__ x, u8* __restrict__ codes,
-                                           u8* __restrict__ scales, int nblocks, int recipe) {
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_quantize_x(const QuantizeXArgs a) {
+    const float* __restrict__ x = a.x;
+    u8* __restrict__ codes = a.codes;
+    u8* __restrict__ scales = a.scales;
+    int nblocks = a.n_blocks, recipe = a.recipe;
     int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (warp >= nblocks) return;
@@ -211,9 +227,11 @@ __device__ __forceinline__ int local_expert(int id, int rank, int elocal) {
 }
 
 // counts[e] = entries routed to local expert e. grid = E_local, block 256.
-extern "C" __global__ void kmoe_route_count(const int* __restrict__ ids, int nentries, int rank, int elocal,
-                                            int* __restrict__ counts) {
-    __shared__ int warpsum[8];
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_count(const RouteCountArgs a) {
+    const int* __restrict__ ids = a.ids;
+    int* __restrict__ counts = a.counts;
+    int nentries = a.n_entries, rank = a.rank, elocal = a.e_local;
+    __shared__ int warpsum[KMOE_THREADS / 32];
     int e = blockIdx.x;
     int c = 0;
     for (int i = threadIdx.x; i < nentries; i += blockDim.x) c += local_expert(ids[i], rank, elocal) == e;
@@ -231,12 +249,16 @@ extern "C" __global__ void kmoe_route_count(const int* __restrict__ ids, int nen
 // entries routed to expert e at rows offset[e]..; pos[entry] = row. Also
 // tile_base[e] = sum over e' < e of ceil(count/TT), and tile_base[E] and
 // offset[E] totals. grid = E_local, block 256 (8 warps).
-extern "C" __global__ void kmoe_route_scatter(const int* __restrict__ ids, int nentries, int rank, int elocal,
-                                              const int* __restrict__ counts, int tt, int* __restrict__ perm,
-                                              int* __restrict__ pos, int* __restrict__ offset,
-                                              int* __restrict__ tile_base) {
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_scatter(const RouteScatterArgs a) {
+    const int* __restrict__ ids = a.ids;
+    const int* __restrict__ counts = a.counts;
+    int* __restrict__ perm = a.perm;
+    int* __restrict__ pos = a.pos;
+    int* __restrict__ offset = a.offset;
+    int* __restrict__ tile_base = a.tile_base;
+    int nentries = a.n_entries, rank = a.rank, elocal = a.e_local, tt = a.tt;
     __shared__ int s_off, s_run;
-    __shared__ int warpcnt[8];
+    __shared__ int warpcnt[KMOE_THREADS / 32];
     int e = blockIdx.x;
     if (threadIdx.x == 0) {
         int off = 0, tb = 0;
@@ -306,7 +328,7 @@ __device__ __forceinline__ int tile_expert(const int* tile_base, int elocal, int
 // [16+4t, 16+4t+4), so its A registers come from one 32-bit load of packed
 // FP4 and its B registers from one 64-bit load of E4M3 codes.
 
-#define KC 128      // k elements per shared-memory stage
+#define KC KMOE_STAGE_K // k elements per shared-memory stage
 #define SROW (KC + 16) // padded bytes per staged token row
 
 __device__ __forceinline__ u32 smem_addr(const void* p) {
@@ -373,109 +395,132 @@ __device__ __forceinline__ void stage_tokens(u8 (*sb)[SROW], u8 (*ss)[4], const 
 
 // The native body reads the token scale bytes in its lane convention; the
 // sm_90 body uses the float scales converted once per stage (csf).
+__device__ __forceinline__ u32 sb_lane_of(u8 x) {
 #if defined(KMOE_NATIVE_MX)
-#define SB_LANE(x) (u32)(x)
+    return (u32)x;
 #else
-#define SB_LANE(x) 0u
+    return 0u;
 #endif
+}
 
-#define LOAD_A(DST0, DST1, DS0, DS1, ROW_A0, ROW_A1, SCALE_A0, SCALE_A1, C)                                \
-    _Pragma("unroll") for (int q = 0; q < 4; q++) {                                                          \
-        int kb = (C) * 4 + q;                                                                                \
-        DST0[q] = *(const u32*)((ROW_A0) + kb * 16 + 4 * t);                                                 \
-        DST1[q] = *(const u32*)((ROW_A1) + kb * 16 + 4 * t);                                                 \
-        DS0[q] = (SCALE_A0)[kb];                                                                             \
-        DS1[q] = (SCALE_A1)[kb];                                                                             \
+// Shared memory of one GEMM CTA: the staged token operand (two stages),
+// its scales as bytes and as floats, and each tile row's source row.
+template <int TT>
+struct __align__(16) GemmSmem {
+    u8 sb[2][TT][SROW];
+    u8 ss[2][TT][4];
+    float csf[4][TT];
+    int src[TT];
+};
+
+// A warp's weight operand: rows g (a0, s0) and g + 8 (a1, s1) of its MMA
+// tile, packed FP4 rows and their scale rows.
+struct WarpRows {
+    const u8* __restrict__ a0;
+    const u8* __restrict__ a1;
+    const u8* __restrict__ s0;
+    const u8* __restrict__ s1;
+};
+
+// Weight registers of one k-chunk: four 32-blocks of rows g and g + 8.
+struct ChunkA {
+    u32 a0[4], a1[4], s0[4], s1[4];
+};
+
+__device__ __forceinline__ void load_a(ChunkA& d, const WarpRows& w, int c, int t) {
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        int kb = c * 4 + q;
+        // Weights are read-only for the kernel's lifetime: the
+        // non-coherent (read-only) path, as the original restrict-qualified
+        // kernel parameters let the compiler choose.
+        d.a0[q] = __ldg((const unsigned int*)(w.a0 + kb * 16 + 4 * t));
+        d.a1[q] = __ldg((const unsigned int*)(w.a1 + kb * 16 + 4 * t));
+        d.s0[q] = __ldg(w.s0 + kb);
+        d.s1[q] = __ldg(w.s1 + kb);
     }
+}
 
-// The k loop: the token operand is staged one chunk ahead with cp.async and
-// the weights are loaded into registers one chunk ahead, so both are in
-// flight while the current chunk's MMAs run.
-#define GEMM_BODY(ROW_A0, ROW_A1, SCALE_A0, SCALE_A1, LDK, CODES, SCALES)                                   \
-    int nchunk = (LDK) / KC;                                                                                 \
-    u32 wa0[4], wa1[4], ws0[4], ws1[4], wn0[4] = {}, wn1[4] = {}, wsn0[4] = {}, wsn1[4] = {};                \
-    LOAD_A(wa0, wa1, ws0, ws1, ROW_A0, ROW_A1, SCALE_A0, SCALE_A1, 0)                                        \
-    stage_tokens<TT>(sb[0], ss[0], CODES, SCALES, LDK, s_src, 0);                                                \
-    cp_async_commit();                                                                                       \
-    for (int c = 0; c < nchunk; c++) {                                                                       \
-        if (c + 1 < nchunk) {                                                                                \
-            stage_tokens<TT>(sb[(c + 1) & 1], ss[(c + 1) & 1], CODES, SCALES, LDK, s_src, c + 1);               \
-            LOAD_A(wn0, wn1, wsn0, wsn1, ROW_A0, ROW_A1, SCALE_A0, SCALE_A1, c + 1)                         \
-        }                                                                                                    \
-        cp_async_commit();                                                                                   \
-        cp_async_wait1();                                                                                    \
-        __syncthreads();                                                                                     \
-        u8(*cb)[SROW] = sb[c & 1];                                                                           \
-        u8(*cs)[4] = ss[c & 1];                                                                              \
-        if (threadIdx.x < TT) {                                                                              \
-            _Pragma("unroll") for (int q = 0; q < 4; q++) csf[q][threadIdx.x] = e8m0_to_float(cs[threadIdx.x][q]); \
-        }                                                                                                    \
-        __syncthreads();                                                                                     \
-        _Pragma("unroll") for (int q = 0; q < 4; q++) {                                                      \
-            u32 a[4] = {widen4(wa0[q] & 0xFFFFu), widen4(wa1[q] & 0xFFFFu), widen4(wa0[q] >> 16),          \
-                        widen4(wa1[q] >> 16)};                                                               \
-            u32 sa_lane = (t & 1) ? ws1[q] : ws0[q];                                                         \
-            float rs0 = e8m0_to_float(ws0[q]), rs1 = e8m0_to_float(ws1[q]);                                  \
-            _Pragma("unroll") for (int s = 0; s < TT / 8; s++) {                                             \
-                if (s >= nsub) break;                                                                        \
-                u64 bv = *(const u64*)&cb[s * 8 + g][q * 32 + 8 * t];                                        \
-                u32 b[2] = {(u32)bv, (u32)(bv >> 32)};                                                       \
-                f2 csv = *(const f2*)&csf[q][s * 8 + 2 * t];                                                 \
-                u32 sb_lane = SB_LANE(cs[s * 8 + g][q]);                                                     \
-                mx_mma(acc[s], a, b, rs0, rs1, csv.x, csv.y, sa_lane, sb_lane);                              \
-            }                                                                                                \
-        }                                                                                                    \
-        __syncthreads();                                                                                     \
-        _Pragma("unroll") for (int q = 0; q < 4; q++) {                                                      \
-            wa0[q] = wn0[q];                                                                                 \
-            wa1[q] = wn1[q];                                                                                 \
-            ws0[q] = wsn0[q];                                                                                \
-            ws1[q] = wsn1[q];                                                                                \
-        }                                                                                                    \
-    }                                                                                                        \
+// The k loop of both GEMMs: acc[s] += the block-scaled MMA of the warp's
+// 16 weight rows with token subtile s, over ldk. The token operand is
+// staged one chunk ahead with cp.async and the weights are loaded into
+// registers one chunk ahead, so both are in flight while the current
+// chunk's MMAs run.
+template <int TT>
+__device__ __forceinline__ void gemm_k_loop(float (&acc)[TT / 8][4], GemmSmem<TT>& sm, const WarpRows& w, int ldk,
+                                            const u8* codes, const u8* scales, int nsub, int g, int t) {
+    int nchunk = ldk / KC;
+    ChunkA cur, nxt = {};
+    load_a(cur, w, 0, t);
+    stage_tokens<TT>(sm.sb[0], sm.ss[0], codes, scales, ldk, sm.src, 0);
+    cp_async_commit();
+    for (int c = 0; c < nchunk; c++) {
+        if (c + 1 < nchunk) {
+            stage_tokens<TT>(sm.sb[(c + 1) & 1], sm.ss[(c + 1) & 1], codes, scales, ldk, sm.src, c + 1);
+            load_a(nxt, w, c + 1, t);
+        }
+        cp_async_commit();
+        cp_async_wait1();
+        __syncthreads();
+        u8(*cb)[SROW] = sm.sb[c & 1];
+        u8(*cs)[4] = sm.ss[c & 1];
+        if (threadIdx.x < TT) {
+#pragma unroll
+            for (int q = 0; q < 4; q++) sm.csf[q][threadIdx.x] = e8m0_to_float(cs[threadIdx.x][q]);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            u32 a[4] = {widen4(cur.a0[q] & 0xFFFFu), widen4(cur.a1[q] & 0xFFFFu), widen4(cur.a0[q] >> 16),
+                        widen4(cur.a1[q] >> 16)};
+            u32 sa_lane = (t & 1) ? cur.s1[q] : cur.s0[q];
+            float rs0 = e8m0_to_float(cur.s0[q]), rs1 = e8m0_to_float(cur.s1[q]);
+#pragma unroll
+            for (int s = 0; s < TT / 8; s++) {
+                if (s >= nsub) break;
+                u64 bv = *(const u64*)&cb[s * 8 + g][q * 32 + 8 * t];
+                u32 b[2] = {(u32)bv, (u32)(bv >> 32)};
+                f2 csv = *(const f2*)&sm.csf[q][s * 8 + 2 * t];
+                mx_mma(acc[s], a, b, rs0, rs1, csv.x, csv.y, sa_lane, sb_lane_of(cs[s * 8 + g][q]));
+            }
+        }
+        __syncthreads();
+        cur = nxt;
+    }
     cp_async_wait0();
+}
 
 // GEMM1 with the activation and MXFP8 requantization fused. Warp w owns
 // intermediate features fw = f0 + 8w .. fw+7: its MMA rows g are up rows
 // fw+g and rows g+8 the gate rows N+fw+g, so each thread holds matching up
 // and gate values for its tokens. Warps 0-3 and 4-7 form the two 32-feature
-// MXFP8 blocks of the CTA's 64 features. grid.x = N/64.
-#define GEMM1_PARAMS                                                                                   \
-    const u8 *__restrict__ xq, const u8 *__restrict__ xs, int K, int topk, const u8 *__restrict__ w31,        \
-        const u8 *__restrict__ w31s, int N, int elocal, const int *__restrict__ perm,                        \
-        const int *__restrict__ offset, const int *__restrict__ tile_base, int kind,                         \
-        const float *__restrict__ params, int nparams, int chain_fi, int recipe, u8 *__restrict__ aq,        \
-        u8 *__restrict__ aqs
-#define GEMM1_ARGS xq, xs, K, topk, w31, w31s, N, elocal, perm, offset, tile_base, kind, params, nparams, chain_fi, recipe, aq, aqs
-
+// MXFP8 blocks of the CTA's KMOE_GEMM1_FEATURES features. grid.x = N /
+// KMOE_GEMM1_FEATURES.
 template <int TT>
-__device__ __forceinline__ void gemm1_act(GEMM1_PARAMS) {
-    __shared__ __align__(16) u8 sb[2][TT][SROW];
-    __shared__ __align__(16) u8 ss[2][TT][4];
-    __shared__ __align__(16) float csf[4][TT];
-    __shared__ int s_src[TT];
+__device__ __forceinline__ void gemm1_act(const Gemm1Args& a) {
+    __shared__ GemmSmem<TT> sm;
     __shared__ u32 s_amax[8][TT];
+    const int K = a.k, N = a.n, topk = a.top_k;
     Tile tl;
-    if (!block_tile<TT>(offset, tile_base, elocal, &tl)) return;
-    if (threadIdx.x < TT) s_src[threadIdx.x] = threadIdx.x < tl.count ? perm[tl.row0 + threadIdx.x] / topk : -1;
+    if (!block_tile<TT>(a.offset, a.tile_base, a.e_local, &tl)) return;
+    if (threadIdx.x < TT) sm.src[threadIdx.x] = threadIdx.x < tl.count ? a.perm[tl.row0 + threadIdx.x] / topk : -1;
     __syncthreads();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int fw = blockIdx.x * 64 + warp * 8;
+    int fw = blockIdx.x * KMOE_GEMM1_FEATURES + warp * 8;
     u64 rows_e = (u64)2 * N;
     u64 up_row = (u64)tl.expert * rows_e + fw + g, gate_row = up_row + N;
-    const u8* rowA0 = w31 + up_row * (K / 2);
-    const u8* rowA1 = w31 + gate_row * (K / 2);
-    const u8* sA0 = w31s + up_row * (K / 32);
-    const u8* sA1 = w31s + gate_row * (K / 32);
+    WarpRows w = {a.w31 + up_row * (K / 2), a.w31 + gate_row * (K / 2), a.w31s + up_row * (K / 32),
+                  a.w31s + gate_row * (K / 32)};
     int nsub = (tl.count + 7) / 8;
     float acc[TT / 8][4];
     for (int s = 0; s < TT / 8; s++) for (int i = 0; i < 4; i++) acc[s][i] = 0.0f;
-    GEMM_BODY(rowA0, rowA1, sA0, sA1, K, xq, xs)
+    gemm_k_loop<TT>(acc, sm, w, K, a.xq, a.xs, nsub, g, t);
 
     // Activation in registers: acc[s][0,1] = up(fw+g; tokens 8s+2t, +1),
     // acc[s][2,3] = gate of the same.
-    const float* p = params + (nparams == 1 ? 0 : tl.expert) * 5;
-    int rcp = chain_fi ? 1 : recipe;
+    const float* p = a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE;
+    bool chain_fi = a.chain == KMOE_CHAIN_FLASHINFER;
+    int rcp = chain_fi ? KMOE_RECIPE_RCEIL : a.recipe;
     float v[TT / 8][2];
 #pragma unroll
     for (int s = 0; s < TT / 8; s++) {
@@ -486,11 +531,11 @@ __device__ __forceinline__ void gemm1_act(GEMM1_PARAMS) {
                 up = round_bf16(up);
                 gate = round_bf16(gate);
             }
-            float a = gated_act(kind, p, gate, up);
-            if (chain_fi) a = round_bf16(a);
-            v[s][h] = a;
+            float act = gated_act(a.kind, p, gate, up);
+            if (chain_fi) act = round_bf16(act);
+            v[s][h] = act;
             // amax over this warp's 8 features (lanes with equal t), NaN as all-ones.
-            u32 bits = __float_as_uint(a) & 0x7FFFFFFFu;
+            u32 bits = __float_as_uint(act) & 0x7FFFFFFFu;
             u32 m = bits > 0x7F800000u ? 0xFFFFFFFFu : bits;
             for (int o = 4; o < 32; o <<= 1) m = umax(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
             if (g == 0) s_amax[warp][s * 8 + 2 * t + h] = m;
@@ -506,8 +551,8 @@ __device__ __forceinline__ void gemm1_act(GEMM1_PARAMS) {
             if (tok >= tl.count) continue;
             u32 amax = 0;
             bool anynan = false;
-            for (int w = blk * 4; w < blk * 4 + 4; w++) {
-                u32 m = s_amax[w][tok];
+            for (int w8 = blk * 4; w8 < blk * 4 + 4; w8++) {
+                u32 m = s_amax[w8][tok];
                 if (m == 0xFFFFFFFFu) anynan = true;
                 else amax = umax(amax, m);
             }
@@ -520,41 +565,32 @@ __device__ __forceinline__ void gemm1_act(GEMM1_PARAMS) {
                 code = sa > 0x7F800000u ? 0x7Eu : (e4m3_abs(sa) | ((su >> 24) & 0x80u));
             }
             u64 row = (u64)(tl.row0 + tok);
-            aq[row * N + fw + g] = (u8)code;
-            if ((warp & 3) == 0 && g == 0) aqs[row * (N / 32) + (fw >> 5)] = (u8)sc;
+            a.aq[row * N + fw + g] = (u8)code;
+            if ((warp & 3) == 0 && g == 0) a.aqs[row * (N / 32) + (fw >> 5)] = (u8)sc;
         }
     }
 }
 
 // GEMM2: y[row, f] = sum_n W2[e][f][n] * aq[row][n] in float32. Warp w owns
-// output features f0 + 16w .. +15 (rows g and g+8). grid.x = K/128.
-#define GEMM2_PARAMS                                                                                   \
-    const u8 *__restrict__ aq, const u8 *__restrict__ aqs, int N, const u8 *__restrict__ w2,                  \
-        const u8 *__restrict__ w2s, int K, int elocal, const int *__restrict__ offset,                       \
-        const int *__restrict__ tile_base, float *__restrict__ y
-#define GEMM2_ARGS aq, aqs, N, w2, w2s, K, elocal, offset, tile_base, y
-
+// output features f0 + 16w .. +15 (rows g and g+8). grid.x = K /
+// KMOE_GEMM2_ROWS.
 template <int TT>
-__device__ __forceinline__ void gemm2(GEMM2_PARAMS) {
-    __shared__ __align__(16) u8 sb[2][TT][SROW];
-    __shared__ __align__(16) u8 ss[2][TT][4];
-    __shared__ __align__(16) float csf[4][TT];
-    __shared__ int s_src[TT];
+__device__ __forceinline__ void gemm2(const Gemm2Args& a) {
+    __shared__ GemmSmem<TT> sm;
+    const int K = a.k, N = a.n;
     Tile tl;
-    if (!block_tile<TT>(offset, tile_base, elocal, &tl)) return;
-    if (threadIdx.x < TT) s_src[threadIdx.x] = threadIdx.x < tl.count ? tl.row0 + threadIdx.x : -1;
+    if (!block_tile<TT>(a.offset, a.tile_base, a.e_local, &tl)) return;
+    if (threadIdx.x < TT) sm.src[threadIdx.x] = threadIdx.x < tl.count ? tl.row0 + threadIdx.x : -1;
     __syncthreads();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int f = blockIdx.x * 128 + warp * 16;
+    int f = blockIdx.x * KMOE_GEMM2_ROWS + warp * 16;
     u64 r0 = (u64)tl.expert * K + f + g, r1 = r0 + 8;
-    const u8* rowA0 = w2 + r0 * (N / 2);
-    const u8* rowA1 = w2 + r1 * (N / 2);
-    const u8* sA0 = w2s + r0 * (N / 32);
-    const u8* sA1 = w2s + r1 * (N / 32);
+    WarpRows w = {a.w2 + r0 * (N / 2), a.w2 + r1 * (N / 2), a.w2s + r0 * (N / 32), a.w2s + r1 * (N / 32)};
     int nsub = (tl.count + 7) / 8;
     float acc[TT / 8][4];
     for (int s = 0; s < TT / 8; s++) for (int i = 0; i < 4; i++) acc[s][i] = 0.0f;
-    GEMM_BODY(rowA0, rowA1, sA0, sA1, N, aq, aqs)
+    gemm_k_loop<TT>(acc, sm, w, N, a.aq, a.aqs, nsub, g, t);
+    float* y = a.y;
 #pragma unroll
     for (int s = 0; s < TT / 8; s++) {
         if (s >= nsub) break;
@@ -572,25 +608,30 @@ __device__ __forceinline__ void gemm2(GEMM2_PARAMS) {
 
 // The instances. TT=64 fits two CTAs per SM in the register file (at most
 // 128 registers a thread); TT=128 runs one.
-extern "C" __global__ void __launch_bounds__(256, 2) kmoe_gemm1_act_t64(GEMM1_PARAMS) { gemm1_act<64>(GEMM1_ARGS); }
-extern "C" __global__ void __launch_bounds__(256) kmoe_gemm1_act_t128(GEMM1_PARAMS) { gemm1_act<128>(GEMM1_ARGS); }
-extern "C" __global__ void __launch_bounds__(256, 2) kmoe_gemm2_t64(GEMM2_PARAMS) { gemm2<64>(GEMM2_ARGS); }
-extern "C" __global__ void __launch_bounds__(256) kmoe_gemm2_t128(GEMM2_PARAMS) { gemm2<128>(GEMM2_ARGS); }
+static_assert(KMOE_TILE_SMALL == 64 && KMOE_TILE_LARGE == 128, "the instances below");
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_gemm1_act_t64(const Gemm1Args a) { gemm1_act<64>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_gemm1_act_t128(const Gemm1Args a) { gemm1_act<128>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_gemm2_t64(const Gemm2Args a) { gemm2<64>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_gemm2_t128(const Gemm2Args a) { gemm2<128>(a); }
 
 // ------------------------------------------------------------ finalize --
 
 // out[t, :] = sum over slots k in order of w[t,k] * y[pos[t,k], :] (local
-// slots only). grid = (M, K/256 rounded up), block 256. No atomics.
-extern "C" __global__ void kmoe_finalize(const float* __restrict__ y, const int* __restrict__ pos,
-                                         const float* __restrict__ wts, int topk, int K,
-                                         float* __restrict__ out) {
+// slots only). grid = (M, K / KMOE_FINALIZE_COLS rounded up), block
+// KMOE_FINALIZE_COLS. No atomics.
+static_assert(KMOE_FINALIZE_COLS == KMOE_THREADS, "one column per thread");
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_finalize(const FinalizeArgs a) {
     int tok = blockIdx.x;
     int f = blockIdx.y * blockDim.x + threadIdx.x;
+    int topk = a.top_k, K = a.k;
     if (f >= K) return;
+    const float* __restrict__ y = a.y;
+    const int* __restrict__ pos = a.pos;
+    const float* __restrict__ wts = a.wts;
     float acc = 0.0f;
     for (int k = 0; k < topk; k++) {
         int p = pos[tok * topk + k];
         if (p >= 0) acc += wts[tok * topk + k] * y[(u64)p * K + f];
     }
-    out[(u64)tok * K + f] = acc;
+    a.out[(u64)tok * K + f] = acc;
 }

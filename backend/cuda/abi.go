@@ -1,0 +1,295 @@
+package cuda
+
+import (
+	_ "embed"
+	"fmt"
+	"reflect"
+	"strings"
+	"unicode"
+
+	"kimimoe/activation"
+	"kimimoe/moe"
+	"kimimoe/mxfp"
+)
+
+// The kernel ABI: everything Go and kernels/moe.cu must agree on, defined
+// once, here. abiHeader turns it into C (macros, one argument struct per
+// kernel with static_asserts on every field offset and the size) that is
+// prepended to the embedded source before NVRTC compiles it, so a field
+// reordered or retyped here changes the kernel's struct with it, and a
+// kernel that disagrees with the layout does not compile. Each kernel takes
+// its arguments as one struct, passed by value; launch binds a kernel to
+// its argument type at compile time (kernel[A]).
+
+//go:embed kernels/moe.cu
+var kernelSource string
+
+// Arch names an NVRTC target.
+const (
+	ArchSM90   = "sm_90"
+	ArchSM120a = "sm_120a"
+)
+
+// devptr is a device address.
+type devptr = uint64
+
+// Block geometry shared by the host's grid arithmetic and the kernels'
+// static_asserts.
+const (
+	abiThreads       = 256 // threads per CTA of every kernel (8 warps)
+	abiStageK        = 128 // k elements staged per step (KC); K and N must be multiples of it
+	abiGemm1Features = 64  // intermediate features per GEMM1 CTA: grid.x = N / 64
+	abiGemm2Rows     = 128 // output rows (features of K) per GEMM2 CTA: grid.x = K / 128
+	abiTileSmall     = 64  // token tiles: TT instances
+	abiTileLarge     = 128
+	abiFinalizeCols  = 256 // output columns per finalize CTA
+)
+
+// Activation parameters are packed per expert as abiParamStride float32s
+// in this order (the kernel indexes them with the KMOE_PARAM_* macros).
+var abiParams = []struct {
+	name  string
+	value func(*activation.Params) float64
+}{
+	{"SITU_BETA", func(p *activation.Params) float64 { return p.SituBeta }},
+	{"SITU_LINEAR_BETA", func(p *activation.Params) float64 { return p.SituLinearBeta }},
+	{"SWIGLU_ALPHA", func(p *activation.Params) float64 { return p.SwigluAlpha }},
+	{"SWIGLU_BETA", func(p *activation.Params) float64 { return p.SwigluBeta }},
+	{"SWIGLU_LIMIT", func(p *activation.Params) float64 { return p.SwigluLimit }},
+}
+
+var abiParamStride = len(abiParams)
+
+// packParams lays out ps for the kernel: abiParamStride float32s each.
+func packParams(ps []activation.Params) []float32 {
+	out := make([]float32, 0, abiParamStride*len(ps))
+	for i := range ps {
+		for _, f := range abiParams {
+			out = append(out, float32(f.value(&ps[i])))
+		}
+	}
+	return out
+}
+
+// Recipe and chain codes.
+const (
+	abiRecipeFloor     int32 = 0
+	abiRecipeRCeil     int32 = 1
+	abiChainMXFP8      int32 = 0
+	abiChainFlashInfer int32 = 1
+)
+
+func recipeCode(r mxfp.Recipe) int32 {
+	if r == mxfp.RecipeFloor {
+		return abiRecipeFloor
+	}
+	return abiRecipeRCeil
+}
+
+func chainCode(c moe.Chain) int32 {
+	if c == moe.ChainFlashInfer {
+		return abiChainFlashInfer
+	}
+	return abiChainMXFP8
+}
+
+// activationCode is the kernel's code for k: FlashInfer's ABI value.
+func activationCode(k activation.Kind) int32 { return int32(k.FlashInferABI()) }
+
+// Kernel argument structs. Field types map to C as: devptr to the pointer
+// type in the field's `c` tag, int32 to int. Field names map to snake_case
+// (or the `cname` tag). Pointers come first, then the int32s, so that
+// neither Go nor C pads between fields and equal sizes (asserted in C)
+// mean equal layouts; cStruct refuses any other order.
+
+type quantizeXArgs struct {
+	X       devptr `c:"const float*"`
+	Codes   devptr `c:"u8*"`
+	Scales  devptr `c:"u8*"`
+	NBlocks int32
+	Recipe  int32
+}
+
+type routeCountArgs struct {
+	IDs      devptr `c:"const int*" cname:"ids"`
+	Counts   devptr `c:"int*"`
+	NEntries int32
+	Rank     int32
+	ELocal   int32
+}
+
+type routeScatterArgs struct {
+	IDs      devptr `c:"const int*" cname:"ids"`
+	Counts   devptr `c:"const int*"`
+	Perm     devptr `c:"int*"`
+	Pos      devptr `c:"int*"`
+	Offset   devptr `c:"int*"`
+	TileBase devptr `c:"int*"`
+	NEntries int32
+	Rank     int32
+	ELocal   int32
+	TT       int32
+}
+
+type gemm1Args struct {
+	XQ       devptr `c:"const u8*"`
+	XS       devptr `c:"const u8*"`
+	W31      devptr `c:"const u8*"`
+	W31S     devptr `c:"const u8*"`
+	Perm     devptr `c:"const int*"`
+	Offset   devptr `c:"const int*"`
+	TileBase devptr `c:"const int*"`
+	Params   devptr `c:"const float*"`
+	AQ       devptr `c:"u8*"`
+	AQS      devptr `c:"u8*"`
+	K        int32
+	N        int32
+	TopK     int32
+	ELocal   int32
+	Kind     int32
+	NParams  int32
+	Chain    int32
+	Recipe   int32
+}
+
+type gemm2Args struct {
+	AQ       devptr `c:"const u8*"`
+	AQS      devptr `c:"const u8*"`
+	W2       devptr `c:"const u8*"`
+	W2S      devptr `c:"const u8*"`
+	Offset   devptr `c:"const int*"`
+	TileBase devptr `c:"const int*"`
+	Y        devptr `c:"float*"`
+	N        int32
+	K        int32
+	ELocal   int32
+}
+
+type finalizeArgs struct {
+	Y    devptr `c:"const float*"`
+	Pos  devptr `c:"const int*"`
+	Wts  devptr `c:"const float*"`
+	Out  devptr `c:"float*"`
+	TopK int32
+	K    int32
+}
+
+// kernelSpec names one entry point and its argument struct.
+type kernelSpec struct {
+	name string
+	args reflect.Type
+}
+
+func spec[A any](name string) kernelSpec { return kernelSpec{name, reflect.TypeFor[A]()} }
+
+// The entry points, in kernels/moe.cu.
+var (
+	kQuantizeX    = spec[quantizeXArgs]("kmoe_quantize_x")
+	kRouteCount   = spec[routeCountArgs]("kmoe_route_count")
+	kRouteScatter = spec[routeScatterArgs]("kmoe_route_scatter")
+	kGemm1Small   = spec[gemm1Args]("kmoe_gemm1_act_t64")
+	kGemm1Large   = spec[gemm1Args]("kmoe_gemm1_act_t128")
+	kGemm2Small   = spec[gemm2Args]("kmoe_gemm2_t64")
+	kGemm2Large   = spec[gemm2Args]("kmoe_gemm2_t128")
+	kFinalize     = spec[finalizeArgs]("kmoe_finalize")
+)
+
+var kernelSpecs = []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize}
+
+// cName is a struct's C name: quantizeXArgs -> QuantizeXArgs.
+func cName(t reflect.Type) string {
+	n := []rune(t.Name())
+	n[0] = unicode.ToUpper(n[0])
+	return string(n)
+}
+
+// snake maps a Go field name to C: NEntries -> n_entries, W31S -> w31s.
+func snake(s string) string {
+	var b strings.Builder
+	r := []rune(s)
+	for i, c := range r {
+		if unicode.IsUpper(c) && i > 0 && (unicode.IsLower(r[i-1]) || i+1 < len(r) && unicode.IsLower(r[i+1]) && unicode.IsUpper(r[i-1])) {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToLower(c))
+	}
+	return b.String()
+}
+
+func cField(f reflect.StructField) string {
+	if n := f.Tag.Get("cname"); n != "" {
+		return n
+	}
+	return snake(f.Name)
+}
+
+// cStruct renders t as a C struct with a static_assert on its size, taken
+// from Go's layout.
+func cStruct(t reflect.Type) string {
+	var b strings.Builder
+	name := cName(t)
+	fmt.Fprintf(&b, "struct %s {\n", name)
+	var next uintptr
+	ints := false
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Offset != next {
+			panic("cuda: ABI struct " + t.Name() + " has padding before " + f.Name)
+		}
+		next = f.Offset + f.Type.Size()
+		if f.Type.Kind() == reflect.Uint64 && ints {
+			panic("cuda: ABI struct " + t.Name() + ": pointer " + f.Name + " after an int32 field")
+		}
+		ints = ints || f.Type.Kind() == reflect.Int32
+		var ct string
+		switch f.Type.Kind() {
+		case reflect.Uint64:
+			ct = f.Tag.Get("c")
+			if !strings.HasSuffix(ct, "*") {
+				panic("cuda: ABI field " + t.Name() + "." + f.Name + " is a devptr without a c:\"T*\" tag")
+			}
+		case reflect.Int32:
+			ct = "int"
+		default:
+			panic("cuda: ABI field " + t.Name() + "." + f.Name + " has unsupported type " + f.Type.String())
+		}
+		fmt.Fprintf(&b, "    %s %s;\n", ct, cField(f))
+	}
+	b.WriteString("};\n")
+	fmt.Fprintf(&b, "static_assert(sizeof(%s) == %d, \"%s: Go and CUDA disagree on the size\");\n", name, t.Size(), name)
+	return b.String()
+}
+
+// abiHeader is the C text prepended to kernels/moe.cu.
+func abiHeader() string {
+	var b strings.Builder
+	b.WriteString("// Generated from backend/cuda/abi.go: the kernel ABI. Do not edit.\n")
+	b.WriteString("typedef unsigned char u8;\n")
+	for _, d := range []struct {
+		name string
+		v    int
+	}{
+		{"THREADS", abiThreads}, {"STAGE_K", abiStageK}, {"GEMM1_FEATURES", abiGemm1Features},
+		{"GEMM2_ROWS", abiGemm2Rows}, {"TILE_SMALL", abiTileSmall}, {"TILE_LARGE", abiTileLarge},
+		{"FINALIZE_COLS", abiFinalizeCols}, {"PARAM_STRIDE", abiParamStride},
+		{"RECIPE_FLOOR", int(abiRecipeFloor)}, {"RECIPE_RCEIL", int(abiRecipeRCeil)},
+		{"CHAIN_MXFP8", int(abiChainMXFP8)}, {"CHAIN_FLASHINFER", int(abiChainFlashInfer)},
+	} {
+		fmt.Fprintf(&b, "#define KMOE_%s %d\n", d.name, d.v)
+	}
+	for i, p := range abiParams {
+		fmt.Fprintf(&b, "#define KMOE_PARAM_%s %d\n", p.name, i)
+	}
+	for _, k := range activation.Kinds() {
+		fmt.Fprintf(&b, "#define KMOE_ACT_%s %d\n", strings.ToUpper(k.String()), activationCode(k))
+	}
+	for _, t := range []reflect.Type{kQuantizeX.args, kRouteCount.args, kRouteScatter.args, kGemm1Small.args, kGemm2Small.args, kFinalize.args} {
+		b.WriteString(cStruct(t))
+	}
+	b.WriteString("// End of the generated ABI.\n")
+	return b.String()
+}
+
+// kernelProgram is the source NVRTC compiles: the ABI header, then the
+// embedded kernels.
+func kernelProgram() string { return abiHeader() + "#line 1 \"moe.cu\"\n" + kernelSource }
