@@ -98,4 +98,3 @@ func TestABIStructs(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
-
