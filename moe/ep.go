@@ -48,7 +48,7 @@ func (ep EP) Validate() error {
 // Local maps a global expert id to this rank's local id. It reports false
 // for -1 (a masked slot) and for experts owned by other ranks, without ever
 // using the id as an index (in torch, a -1 index into a mapping table
-// returns its last entry: the seed's warning).
+// returns its last entry: the SM120 work's warning).
 func (ep EP) Local(global int64, eLocal int) (int, bool) {
 	ep = ep.Normalize()
 	if global < 0 {

@@ -59,7 +59,7 @@ func W31FromGateUp(w13 *mxfp.MXFP4Matrix) *mxfp.MXFP4Matrix {
 
 // W31FromInterleaved converts GPT-OSS's interleaved rows [g0, u0, g1, u1,
 // ...] to [up; gate]: the odd rows (up) then the even rows (gate). Applied
-// to Kimi's contiguous [gate; up] it scrambles gate and up: the seed's bug.
+// to Kimi's contiguous [gate; up] it scrambles gate and up: the SM120 work's bug.
 func W31FromInterleaved(w *mxfp.MXFP4Matrix) *mxfp.MXFP4Matrix {
 	checkEvenRows("W31FromInterleaved", w)
 	n := w.Rows / 2

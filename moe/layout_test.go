@@ -32,7 +32,7 @@ func sameMatrix(a, b *mxfp.MXFP4Matrix) bool {
 	return a.Rows == b.Rows && a.Cols == b.Cols && bytes.Equal(a.Packed, b.Packed) && bytes.Equal(a.Scales, b.Scales)
 }
 
-// The layouts of DESIGN.md "Weights and layouts": Kimi's w1 (gate) and w3
+// The layouts of docs/CONTRACT.md "Weights and layouts": Kimi's w1 (gate) and w3
 // (up) become [up; gate]; SGLang's contiguous [gate; up] swaps halves; GPT-OSS
 // interleaved [g0, u0, g1, u1, ...] takes odd rows then even rows.
 func TestFC1Layouts(t *testing.T) {
@@ -68,7 +68,7 @@ func TestFC1Layouts(t *testing.T) {
 	}
 }
 
-// The seed's bug: the GPT-OSS interleaved rule applied to Kimi's contiguous
+// The SM120 work's bug: the GPT-OSS interleaved rule applied to Kimi's contiguous
 // [gate; up] puts gate rows into the up half and vice versa, and the layer's
 // output is then unrelated to the right one.
 func TestInterleavedRuleScramblesKimiWeights(t *testing.T) {
@@ -97,6 +97,6 @@ func TestInterleavedRuleScramblesKimiWeights(t *testing.T) {
 	m := validation.Compare(outFor(wrong), outFor(right))
 	t.Logf("interleaved rule on Kimi weights vs the right layout: %v", m)
 	if m.Cosine > 0.5 {
-		t.Fatalf("scrambled weights still give cosine %.3f; the test would not catch the seed's bug", m.Cosine)
+		t.Fatalf("scrambled weights still give cosine %.3f; the test would not catch the SM120 work's bug", m.Cosine)
 	}
 }

@@ -16,16 +16,28 @@ type Model struct {
 	TopK       int
 	Activation activation.Kind
 	Params     activation.Params
+	// The router's settings (see Router): scoring function and whether the
+	// chosen weights are renormalized.
+	Scoring     Scoring
+	Renormalize bool
+}
+
+// Router returns the model's router over all its experts, with the given
+// correction bias (nil for none).
+func (m Model) Router(correctionBias []float32) Router {
+	return Router{NumExperts: m.NumExperts, TopK: m.TopK, Scoring: m.Scoring, CorrectionBias: correctionBias, Renormalize: m.Renormalize}
 }
 
 // KimiK3 returns Kimi-K3's MoE layer, as read from its config.json: routed
 // latent K = 3584 (the MoE input; the residual width is 7168), expert
 // intermediate N = 3072, 896 routed experts, top-16, SiTU with beta 4 and
-// linear_beta 25 (docs/CONTRACT.md "Kimi-K3").
+// linear_beta 25, a sigmoid router with a correction bias for selection and
+// renormalized weights (docs/CONTRACT.md "Kimi-K3").
 func KimiK3() Model {
 	p := activation.DefaultParams()
 	p.SituBeta, p.SituLinearBeta = 4, 25
-	return Model{Name: "kimi-k3", K: 3584, N: 3072, NumExperts: 896, TopK: 16, Activation: activation.Situ, Params: p}
+	return Model{Name: "kimi-k3", K: 3584, N: 3072, NumExperts: 896, TopK: 16, Activation: activation.Situ, Params: p,
+		Scoring: ScoringSigmoid, Renormalize: true}
 }
 
 // Validate checks the shapes: positive, K and N multiples of 32 (MX

@@ -8,7 +8,7 @@ import (
 
 func sig(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
 
-// Routing rules of DESIGN.md "Routing and expert parallelism" (SGLang's
+// Routing rules of docs/CONTRACT.md "Routing and expert parallelism" (SGLang's
 // select_experts for Kimi-K3 / DeepSeek-V3: sigmoid, biased selection,
 // unbiased weights, renormalize). Expected ids are worked by hand below;
 // expected weights follow the formula sigmoid(l) / sum of chosen.

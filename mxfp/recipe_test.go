@@ -32,7 +32,7 @@ func quant4(src []float32, r Recipe) ([]uint8, uint8) {
 
 // Expected scales: floor is OCP MX v1.0 section 6.3, X = floor(log2(amax)) -
 // emax_elem (emax 8 for E4M3, 2 for E2M1); rceil is the smallest X with
-// amax/2^X <= 448 (or 6), DESIGN.md "Scale recipes" (FlashInfer
+// amax/2^X <= 448 (or 6), docs/CONTRACT.md "Block scales" (FlashInfer
 // mxfp8_quantize, PTX cvt.rp.satfinite.ue8m0x2.f32). Each value was worked by
 // hand from those definitions, as the comments show.
 func TestRecipeScalesMXFP8(t *testing.T) {
@@ -109,7 +109,7 @@ func TestRecipeScalesMXFP4(t *testing.T) {
 	}
 }
 
-// Non-finite and zero blocks, DESIGN.md "Scale recipes": floor -> 0xFF and
+// Non-finite and zero blocks, docs/CONTRACT.md "Block scales": floor -> 0xFF and
 // NaN elements; rceil -> NaN skipped in amax and encoded +448, Inf saturates
 // the scale to 0xFE and itself to 448; all-zero -> scale 0x00, zero codes.
 func TestRecipeSpecialBlocks(t *testing.T) {

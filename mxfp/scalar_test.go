@@ -78,7 +78,7 @@ func TestRoundingTiesAtEveryMidpoint(t *testing.T) {
 	}
 }
 
-// Special cases, from DESIGN.md "Number formats" and the PTX ISA's
+// Special cases, from OCP MX v1.0 (docs/CONTRACT.md "Number formats") and the PTX ISA's
 // cvt.rn.satfinite rules for e4m3x2 / e2m1x2.
 func TestSaturationAndSpecials(t *testing.T) {
 	inf := float32(math.Inf(1))

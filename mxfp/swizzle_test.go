@@ -3,7 +3,7 @@ package mxfp
 import "testing"
 
 // Offsets worked by hand from FlashInfer's 128x4 layout formula
-// (DESIGN.md "Scale layouts"): offset = mTile*(nK*512) + kTile*512 +
+// (FlashInfer's layout; docs/CONTRACT.md "Scale layouts"): offset = mTile*(nK*512) + kTile*512 +
 // (m%32)*16 + ((m%128)/32)*4 + k%4.
 func TestSwizzled128x4Offsets(t *testing.T) {
 	cases := []struct{ m, k, scaleCols, want int }{

@@ -1,7 +1,7 @@
 // Package plan models how an MoE model is laid out over GPUs and what one
 // prefill step costs in tensor-parallel communication, from the model's
 // shapes alone. It reproduces, from first principles, the figures of the
-// Kimi-K3 prefill communication study (seeds/003): which collectives one
+// Kimi-K3 prefill communication study (docs/CONTRACT.md "Sources"): which collectives one
 // step issues, their message sizes and shares, and the per-rank ring
 // traffic of the TP reduce-scatter alternatives.
 //

@@ -15,7 +15,7 @@ const (
 	gib = 1 << 30
 )
 
-// The seed's deployment (seeds/003 "目标与固定测试口径" and "Prefill 通信归因"):
+// The prefill study's deployment (docs/CONTRACT.md "Kimi-K3"; plan's doc):
 // Kimi-K3, TP32 / EP4 / DP1, 4 nodes of 8 GPUs, 8K chunk, bf16.
 func seedDeployment() Deployment {
 	return Deployment{TP: 32, EP: 4, DP: 1, PP: 1, Nodes: 4, GPUsPerNode: 8, Tokens: 8192, DTypeBytes: 2}
@@ -28,7 +28,7 @@ func TestSeedCollectives(t *testing.T) {
 	}
 	st := p.Stages[0]
 	hidden, tail := st.Collectives[0], st.Collectives[1]
-	// seeds/003 table "Prefill 通信归因": 95 hidden all-reduces (embedding +
+	// The prefill study's attribution table: 95 hidden all-reduces (embedding +
 	// 93 o_proj + the first dense MLP) of [8192, 7168] = 112 MiB, 10.39 GiB,
 	// 40.8%; 92 MoE tail reductions of 8192 x (3584 + 7168) = 168 MiB,
 	// 15.09 GiB, 59.2%; 187 in all, 25.48 GiB.
@@ -53,7 +53,7 @@ func TestSeedCollectives(t *testing.T) {
 	}
 }
 
-// seeds/003 "通信量判断": 2H = 14336, H + L = 9280 (-35.3%), 2H + L = 16448
+// The prefill study's traffic estimate: 2H = 14336, H + L = 9280 (-35.3%), 2H + L = 16448
 // (+14.7%) with H = 7168, L = 1536 + 512 + 64 = 2112.
 func TestSeedRingUnits(t *testing.T) {
 	p, err := Make(KimiK3(), seedDeployment())
@@ -72,8 +72,8 @@ func TestSeedRingUnits(t *testing.T) {
 	}
 }
 
-// seeds/000 "TP/EP expert mapping": TP32/EP32/DP1 -> moe_tp_size 1, 28
-// local experts; DESIGN.md: TP32/EP4/DP1 -> moe_tp_size 8, 224 local
+// The SM120 work's expert mapping: TP32/EP32/DP1 -> moe_tp_size 1, 28
+// local experts; TP32/EP4/DP1 -> moe_tp_size 8, 224 local
 // experts, each with an N/8 = 384 slice.
 func TestSeedExpertMapping(t *testing.T) {
 	k := KimiK3()

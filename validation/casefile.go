@@ -17,7 +17,7 @@ import (
 var ErrCaseFile = errors.New("moe: bad case file")
 
 // Case is one MoE layer invocation: weights, spec and input, as stored in a
-// case file (DESIGN.md "Case files"):
+// case file (docs/CONTRACT.md "Case files"):
 //
 //	x            [M, K]      F32 or BF16   (or x_q U8 [M, K] + x_scale U8 [M, K/32])
 //	topk_ids     [M, topk]   I32 or I64    global ids, -1 masked

@@ -21,8 +21,8 @@ func KimiEP32Rank7(act activation.Kind, chain moe.Chain, recipe mxfp.Recipe) Cas
 // Suites names the validation suites.
 var Suites = []string{"smoke", "real", "large", "all"}
 
-// ValidationMatrix returns the cases of a suite (DESIGN.md "Validation
-// matrix", from the seed's test matrix) for one activation, chain and
+// ValidationMatrix returns the cases of a suite (docs/CONTRACT.md "The
+// validation matrix", from the SM120 work's test matrix) for one activation, chain and
 // recipe:
 //
 //	smoke  M = 1, 2, 8, 32 with uniform, skewed, empty-expert and masked

@@ -11,7 +11,7 @@ import (
 // Metrics compares an output with a reference of the same length.
 //
 //	Cosine   sum(g*r) / (|g| |r|) over elements where both are finite (1 if both are all zero)
-//	NRMSE    |g - r| / |r|, the RMS error over the reference's RMS (the seed's "NRMSE")
+//	NRMSE    |g - r| / |r|, the RMS error over the reference's RMS (the SM120 work's "NRMSE")
 //	MaxAbs   max |g - r|;  MeanAbs  mean |g - r|   (finite pairs)
 //	NonFiniteMismatch  elements where exactly one side is non-finite, or both
 //	         are but differ (NaN vs Inf, or infinities of opposite sign)

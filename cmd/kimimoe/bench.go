@@ -40,7 +40,7 @@ func runBench(args []string) error {
 	warmup := fs.Int("warmup", 3, "untimed forwards per token count first")
 	graph := fs.Bool("graph", true, "time CUDA-graph replays (else eager launches)")
 	chainName := fs.String("chain", "mxfp8", "precision chain")
-	peak := fs.Float64("fp8-peak", 1385, "FP8 matrix peak in TFLOP/s for the floor (DESIGN.md: torch._scaled_mm on the H200)")
+	peak := fs.Float64("fp8-peak", 1385, "FP8 matrix peak in TFLOP/s for the floor (torch._scaled_mm measured on the H200; docs/CONTRACT.md)")
 	copyMB := fs.Int("copy-mb", 2048, "size of the copy used to measure bandwidth, MiB")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this file (- for stdout)")
 	profile := fs.Bool("profile", false, "also print one eager forward's time per kernel, per M")
@@ -151,7 +151,7 @@ func runBench(args []string) error {
 	fmt.Fprintf(out, "kimimoe bench: backend %s (%s), %s\n", b.Name(), b.Capabilities().Device, time.Now().UTC().Format("2006-01-02"))
 	fmt.Fprintf(out, "shape: Kimi EP32 rank 7, K=%d N=%d, 28 local experts, top-%d with 8 slots local, SiTU, chain %v, rceil; graph=%v\n",
 		kimi.K, kimi.N, kimi.TopK, chain, *graph)
-	fmt.Fprintf(out, "floor = max(bytes / %.2f TB/s (copy, measured now), FLOPs / %.0f TFLOP/s (FP8 peak, DESIGN.md)); median of %d interleaved rounds (CUDA events) in %.1fs\n",
+	fmt.Fprintf(out, "floor = max(bytes / %.2f TB/s (copy, measured now), FLOPs / %.0f TFLOP/s (FP8 peak, torch._scaled_mm on the H200)); median of %d interleaved rounds (CUDA events) in %.1fs\n",
 		bw/1e12, *peak, *rounds, time.Since(start).Seconds())
 	fmt.Fprintf(out, "%6s %8s %8s %10s %10s %10s %9s %9s %9s %8s\n", "M", "experts", "MB", "median ms", "min ms", "max ms", "GB/s", "TFLOP/s", "floor ms", "x floor")
 	for j := range rows {
