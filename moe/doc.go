@@ -1,8 +1,10 @@
 // Package moe is the exact reference for the Kimi-K3 style fused MoE layer:
 // MXFP8 activations times MXFP4 weights with a gated activation between the
-// two grouped GEMMs. It owns the shapes (Model, KimiK3), the FC1 weight
-// layouts, routing, expert parallelism, the oracle forward, seeded case
-// generation, metrics and the safetensors case files.
+// two grouped GEMMs. It owns the layer's shape and router preset (Model,
+// KimiK3), the FC1 weight layouts, routing, expert parallelism and the
+// oracle forward. Test cases, metrics and case files are package
+// validation's; whole-model shapes are package plan's. The contract, with
+// the source of each fact, is docs/CONTRACT.md.
 //
 // # Shapes and layouts
 //
@@ -33,9 +35,12 @@
 //
 // # Errors
 //
-// Bad inputs (shapes, ids outside [-1, E_global), non-finite routing
-// weights) are errors wrapping ErrInput; malformed case files wrap
-// ErrCaseFile and name the tensor or key. Programmer errors in the layout
-// helpers (an odd row count) panic with a "moe:" message. NaN and infinity
+// Bad inputs (shapes, ids outside [-1, E_global), an expert twice in one
+// token's slots, top-k above E_global, non-finite routing weights, a nil
+// input) are errors wrapping ErrInput that name the tensor; parallel sizes
+// that do not fit (including an E_global of 2^31 or more, or one that
+// overflows) wrap ErrParallel. The zero LayerSpec is invalid and the error
+// names the field. Programmer errors in the layout helpers (an odd row
+// count) panic with a "moe:" message. NaN and infinity
 // in x are data, handled by the recipe's rules (see package mxfp).
 package moe
