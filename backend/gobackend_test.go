@@ -1,9 +1,15 @@
 package backend_test
 
 import (
+	"errors"
 	"math"
 	"path/filepath"
+	"sync"
 	"testing"
+
+	"kimimoe/activation"
+	"kimimoe/moe"
+	"kimimoe/mxfp"
 
 	"kimimoe/backend"
 	"kimimoe/backend/backendtest"
@@ -78,4 +84,46 @@ func TestGoBackendAgainstNumpy(t *testing.T) {
 func ulp32(x float64) float64 {
 	f := float32(math.Abs(x))
 	return float64(math.Nextafter32(f, float32(math.Inf(1))) - f)
+}
+
+// Forward and Close may run concurrently: each Forward either completes or
+// returns ErrClosed (before, Close set the oracle to nil under a running
+// Forward: a data race and a nil dereference). Run with -race.
+func TestGoLayerCloseDuringForward(t *testing.T) {
+	b, _ := backend.Open(backend.GoName)
+	s := validation.CaseSpec{Name: "race", M: 4, K: 64, N: 32, ELocal: 2, TopK: 1, Activation: activation.Situ,
+		Chain: moe.ChainMXFP8, Recipe: mxfp.RecipeRCeil, Seed: 1, WeightSeed: 1}
+	c, err := validation.GenerateCase(&s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer, err := b.Prepare(c.Weights, c.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := make([]float32, s.M*s.K)
+			for range 20 {
+				if err := layer.Forward(out, &c.Input, nil); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	if err := layer.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, backend.ErrClosed) {
+			t.Errorf("Forward during Close: %v, want nil or ErrClosed", err)
+		}
+	}
 }

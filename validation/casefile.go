@@ -162,8 +162,15 @@ func caseFromFile(f *safetensors.File) (*Case, error) {
 			}
 		}
 	}
-	if err := spec.EP.Validate(); err != nil {
-		return nil, bad("__metadata__ ep_size/ep_rank: %v", err)
+	if spec.EP.Size < 1 {
+		return nil, bad("__metadata__ ep_size = %d: want at least 1 (one rank, no expert parallelism)", spec.EP.Size)
+	}
+	if spec.EP.Rank < 0 || spec.EP.Rank >= spec.EP.Size {
+		return nil, bad("__metadata__ ep_rank = %d: want 0 <= ep_rank < ep_size = %d", spec.EP.Rank, spec.EP.Size)
+	}
+	numGlobal, err := spec.EP.NumGlobal(e)
+	if err != nil {
+		return nil, bad("__metadata__ ep_size = %d with %d local experts (tensor \"w31\"): %v", spec.EP.Size, e, err)
 	}
 	if spec.Params, err = paramsFromMetadata(md, kind, e); err != nil {
 		return nil, err
@@ -229,7 +236,7 @@ func caseFromFile(f *safetensors.File) (*Case, error) {
 	default:
 		return nil, bad("missing tensor \"x\" (or \"x_q\" and \"x_scale\")")
 	}
-	if err := c.Input.Validate(k, e*spec.EP.Size); err != nil {
+	if err := c.Input.Validate(k, numGlobal); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCaseFile, err)
 	}
 	known := map[string]bool{"x": true, "x_q": true, "x_scale": true, "topk_ids": true, "topk_weights": true,

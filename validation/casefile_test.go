@@ -20,7 +20,7 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
 
-func smallCase(t *testing.T, act activation.Kind, chain moe.Chain, recipe mxfp.Recipe, seed uint64) *Case {
+func smallCase(t testing.TB, act activation.Kind, chain moe.Chain, recipe mxfp.Recipe, seed uint64) *Case {
 	t.Helper()
 	s := CaseSpec{Name: "small", M: 3, K: 64, N: 32, ELocal: 4, TopK: 2, Routing: RoutingMasked, Activation: act,
 		Chain: chain, Recipe: recipe, Seed: seed, WeightSeed: seed}
@@ -62,7 +62,7 @@ func TestCaseFileRoundTrip(t *testing.T) {
 }
 
 // rawFile builds a case file by hand so each test can break one thing.
-func rawFile(t *testing.T, mutate func(ts map[string]*safetensors.Tensor, md map[string]string)) []byte {
+func rawFile(t testing.TB, mutate func(ts map[string]*safetensors.Tensor, md map[string]string)) []byte {
 	t.Helper()
 	c := smallCase(t, activation.Situ, moe.ChainMXFP8, mxfp.RecipeRCeil, 2)
 	list, md := c.Tensors()
