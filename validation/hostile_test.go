@@ -64,7 +64,10 @@ func FuzzCaseFile(f *testing.F) {
 	good := rawFile(f, func(map[string]*safetensors.Tensor, map[string]string) {})
 	f.Add(good)
 	f.Add(rawFile(f, func(_ map[string]*safetensors.Tensor, md map[string]string) { md["ep_size"] = "0" }))
-	f.Add(rawFile(f, func(_ map[string]*safetensors.Tensor, md map[string]string) { md["chain"] = "exact"; md["recipe"] = "floor" }))
+	f.Add(rawFile(f, func(_ map[string]*safetensors.Tensor, md map[string]string) {
+		md["chain"] = "exact"
+		md["recipe"] = "floor"
+	}))
 	f.Add(good[:len(good)/2])
 	f.Fuzz(func(t *testing.T, data []byte) {
 		sf, err := safetensors.Parse(data)
