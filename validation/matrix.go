@@ -27,7 +27,9 @@ var Suites = []string{"smoke", "real", "large", "all"}
 //
 //	smoke  M = 1, 2, 8, 32 with uniform, skewed, empty-expert and masked
 //	       routing; EP2 global ids; Kimi EP32 rank 7 (E_local 28, top-16, 8
-//	       slots local) at a small K and N; non-finite inputs. Small shapes.
+//	       slots local) at a small K and N; non-finite inputs; K = 160,
+//	       N = 96 (multiples of 32, not of 128, as GPT-OSS's 2880) at M = 8
+//	       and 64. Small shapes.
 //	real   Kimi-K3 shape K=3584, N=3072, E_local=28, top-16, EP32 rank 7
 //	       with 8 of 16 slots local: decode M=1 and prefill M=128.
 //	large  the real shape at M = 512, 2048, 8192; the oracle checks 32
@@ -56,6 +58,13 @@ func ValidationMatrix(suite string, act activation.Kind, chain moe.Chain, recipe
 	s = base
 	s.Name, s.M, s.NonFinite = "nonfinite_inputs", 6, true
 	add(s)
+	// K and N multiples of 32 but not of 128, as GPT-OSS's 2880: at a
+	// decode and at a larger M.
+	for _, m := range []int{8, 64} {
+		s = base
+		s.Name, s.M, s.K, s.N, s.WeightSeed = fmt.Sprintf("k160_n96_m%d", m), m, 160, 96, 3
+		add(s)
+	}
 
 	real := func(name string, m, sample int) CaseSpec {
 		s := KimiEP32Rank7(act, chain, recipe)

@@ -174,6 +174,83 @@ type finalizeArgs struct {
 	K    int32
 }
 
+// Input forms of the decode prologue.
+const (
+	abiFormQuantized int32 = 0 // x given as MXFP8 codes and E8M0 scales
+	abiFormFloat     int32 = 1 // x given as float32
+)
+
+// The decode path's kernels (see kernels/moe.cu "the decode path").
+type decodePrologueArgs struct {
+	X       devptr `c:"const float*"`
+	XQIn    devptr `c:"const u8*" cname:"xq_in"`
+	XSIn    devptr `c:"const u8*" cname:"xs_in"`
+	IDs     devptr `c:"const int*" cname:"ids"`
+	XQ      devptr `c:"u8*"`
+	XSF     devptr `c:"float*"`
+	Pos     devptr `c:"int*"`
+	Perm    devptr `c:"int*"`
+	Offset  devptr `c:"int*"`
+	Touched devptr `c:"int*"`
+	M       int32
+	K       int32
+	KPad    int32
+	TopK    int32
+	Rank    int32
+	ELocal  int32
+	Recipe  int32
+	Form    int32
+}
+
+type decodeGemm1Args struct {
+	XQ      devptr `c:"const u8*"`
+	XSF     devptr `c:"const float*"`
+	W       devptr `c:"const u8*"`
+	WS      devptr `c:"const u8*"`
+	Perm    devptr `c:"const int*"`
+	Offset  devptr `c:"const int*"`
+	Touched devptr `c:"const int*"`
+	Params  devptr `c:"const float*"`
+	AQ      devptr `c:"u8*"`
+	AQS     devptr `c:"u8*"`
+	AQSF    devptr `c:"float*"`
+	KPad    int32
+	N       int32
+	NPad    int32
+	TopK    int32
+	ELocal  int32
+	Kind    int32
+	NParams int32
+	Chain   int32
+	Recipe  int32
+}
+
+type decodeGemm2Args struct {
+	AQ      devptr `c:"const u8*"`
+	AQSF    devptr `c:"const float*"`
+	W       devptr `c:"const u8*"`
+	WS      devptr `c:"const u8*"`
+	Offset  devptr `c:"const int*"`
+	Touched devptr `c:"const int*"`
+	Y       devptr `c:"float*"`
+	K       int32
+	NPad    int32
+	ELocal  int32
+}
+
+// The decode kernels' CTAs: 4 warps (one 32-feature MXFP8 block in GEMM1,
+// 64 output rows in GEMM2).
+const (
+	abiDecodeThreads = 128
+	abiDecodeTile    = 16 * abiStageK / 2 // bytes of one pre-arranged 16-row tile
+	abiDecodeScales  = 16 * abiStageK / 32
+)
+
+// testWiden4Args: the exhaustive test of the E2M1 -> E4M3 widening.
+type testWiden4Args struct {
+	Out devptr `c:"u32*"`
+}
+
 // kernelSpec names one entry point and its argument struct.
 type kernelSpec struct {
 	name string
@@ -192,9 +269,18 @@ var (
 	kGemm2Small   = spec[gemm2Args]("kmoe_gemm2_t64")
 	kGemm2Large   = spec[gemm2Args]("kmoe_gemm2_t128")
 	kFinalize     = spec[finalizeArgs]("kmoe_finalize")
+	kDecPrologue  = spec[decodePrologueArgs]("kmoe_decode_prologue")
+	kTestWiden4   = spec[testWiden4Args]("kmoe_test_widen4")
+	kDecGemm1     = map[int]kernelSpec{1: spec[decodeGemm1Args]("kmoe_decode_gemm1_n1"), 2: spec[decodeGemm1Args]("kmoe_decode_gemm1_n2"), 4: spec[decodeGemm1Args]("kmoe_decode_gemm1_n4")}
+	kDecGemm2     = map[int]kernelSpec{1: spec[decodeGemm2Args]("kmoe_decode_gemm2_n1"), 2: spec[decodeGemm2Args]("kmoe_decode_gemm2_n2"), 4: spec[decodeGemm2Args]("kmoe_decode_gemm2_n4")}
 )
 
-var kernelSpecs = []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize}
+// decodeSubtiles are the instances of the decode GEMMs: token subtiles of
+// 8 per pass.
+var decodeSubtiles = []int{1, 2, 4}
+
+var kernelSpecs = []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize,
+	kDecPrologue, kDecGemm1[1], kDecGemm1[2], kDecGemm1[4], kDecGemm2[1], kDecGemm2[2], kDecGemm2[4], kTestWiden4}
 
 // cName is a struct's C name: quantizeXArgs -> QuantizeXArgs.
 func cName(t reflect.Type) string {
@@ -264,7 +350,7 @@ func cStruct(t reflect.Type) string {
 func abiHeader() string {
 	var b strings.Builder
 	b.WriteString("// Generated from backend/cuda/abi.go: the kernel ABI. Do not edit.\n")
-	b.WriteString("typedef unsigned char u8;\n")
+	b.WriteString("typedef unsigned char u8;\ntypedef unsigned int u32;\n")
 	for _, d := range []struct {
 		name string
 		v    int
@@ -274,6 +360,8 @@ func abiHeader() string {
 		{"FINALIZE_COLS", abiFinalizeCols}, {"PARAM_STRIDE", abiParamStride},
 		{"RECIPE_FLOOR", int(abiRecipeFloor)}, {"RECIPE_RCEIL", int(abiRecipeRCeil)},
 		{"CHAIN_MXFP8", int(abiChainMXFP8)}, {"CHAIN_FLASHINFER", int(abiChainFlashInfer)},
+		{"FORM_QUANTIZED", int(abiFormQuantized)}, {"FORM_FLOAT", int(abiFormFloat)},
+		{"DECODE_THREADS", abiDecodeThreads},
 	} {
 		fmt.Fprintf(&b, "#define KMOE_%s %d\n", d.name, d.v)
 	}
@@ -283,7 +371,8 @@ func abiHeader() string {
 	for _, k := range activation.Kinds() {
 		fmt.Fprintf(&b, "#define KMOE_ACT_%s %d\n", strings.ToUpper(k.String()), activationCode(k))
 	}
-	for _, t := range []reflect.Type{kQuantizeX.args, kRouteCount.args, kRouteScatter.args, kGemm1Small.args, kGemm2Small.args, kFinalize.args} {
+	for _, t := range []reflect.Type{kQuantizeX.args, kRouteCount.args, kRouteScatter.args, kGemm1Small.args, kGemm2Small.args, kFinalize.args,
+		kDecPrologue.args, kDecGemm1[1].args, kDecGemm2[1].args, kTestWiden4.args} {
 		b.WriteString(cStruct(t))
 	}
 	b.WriteString("// End of the generated ABI.\n")

@@ -38,7 +38,8 @@
 // Backend and its layers are serialized by one lock, so Forward and Close
 // may be called concurrently. A layer keeps device buffers (and up to two
 // CUDA graphs, one per input form: float x, quantized on the device, or x
-// given as MXFP8) per token count, for at most 8 token counts; the least
+// given as MXFP8) per token count, for at most MaxWorkspaces (16) token
+// counts; the least
 // recently used is freed beyond that.
 //
 // Kernels. kernels/moe.cu is embedded and compiled by NVRTC for the

@@ -26,11 +26,11 @@ const (
 	attrCCMinor = 76
 )
 
-// maxWorkspaces bounds the per-token-count workspaces (device buffers and
+// MaxWorkspaces bounds the per-token-count workspaces (device buffers and
 // graphs) a layer keeps; the least recently used is freed beyond it. A
-// serving loop uses a handful of batch sizes; a sweep over many M stays
-// bounded at this many.
-const maxWorkspaces = 8
+// serving loop uses a handful of batch sizes (and kimimoe bench at most
+// this many); a sweep over more M stays bounded at this many.
+const MaxWorkspaces = 16
 
 // tileTokens picks the GEMMs' token tile (TT) for a forward of m tokens:
 // 64 (two CTAs per SM) up to 512 tokens, 128 (each weight load reused by
@@ -43,11 +43,35 @@ func tileTokens(m int) int {
 	return abiTileLarge
 }
 
+// decodeMaxM is the largest token count that takes the decode path (for
+// shapes the grouped path runs; K or N not a multiple of abiStageK always
+// take it).
+const decodeMaxM = 32
+
+// useDecode reports whether a forward of m tokens takes the decode path.
+func (l *Layer) useDecode(m int) bool {
+	return m <= decodeMaxM || l.w.K%abiStageK != 0 || l.w.N%abiStageK != 0
+}
+
+// PathFor names the kernels a forward of m tokens runs: "decode" (weights
+// streamed, tokens on the MMA's narrow side) or "grouped" (token tiles of
+// the grouped GEMMs).
+func (l *Layer) PathFor(m int) string {
+	if l.useDecode(m) {
+		return "decode"
+	}
+	return "grouped"
+}
+
 // kernel is an entry point bound to its ABI argument type.
 type kernel[A any] struct{ fn cuFunction }
 
 func (k kernel[A]) launch(grid [3]int, s cuStream, args *A) error {
 	return cuLaunch(k.fn, grid, abiThreads, 0, s, args)
+}
+
+func (k kernel[A]) launchWith(grid [3]int, block, smem int, s cuStream, args *A) error {
+	return cuLaunch(k.fn, grid, block, smem, s, args)
 }
 
 // bind looks up spec in m as a kernel taking A; A must be spec's type.
@@ -67,6 +91,9 @@ type kernels struct {
 	gemm1        map[int]kernel[gemm1Args] // by token tile
 	gemm2        map[int]kernel[gemm2Args]
 	finalize     kernel[finalizeArgs]
+	decPrologue  kernel[decodePrologueArgs]
+	decGemm1     map[int]kernel[decodeGemm1Args] // by token subtiles
+	decGemm2     map[int]kernel[decodeGemm2Args]
 }
 
 func loadKernels(m cuModule) (*kernels, error) {
@@ -89,6 +116,16 @@ func loadKernels(m cuModule) (*kernels, error) {
 	}
 	k.finalize, err = bind[finalizeArgs](m, kFinalize)
 	add(err)
+	k.decPrologue, err = bind[decodePrologueArgs](m, kDecPrologue)
+	add(err)
+	k.decGemm1, k.decGemm2 = map[int]kernel[decodeGemm1Args]{}, map[int]kernel[decodeGemm2Args]{}
+	for _, ns := range decodeSubtiles {
+		g1, err := bind[decodeGemm1Args](m, kDecGemm1[ns])
+		add(err)
+		g2, err := bind[decodeGemm2Args](m, kDecGemm2[ns])
+		add(err)
+		k.decGemm1[ns], k.decGemm2[ns] = g1, g2
+	}
 	return k, errors.Join(errs...)
 }
 
@@ -289,10 +326,6 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 	if err := spec.Validate(w); err != nil {
 		return nil, err
 	}
-	if w.K%abiStageK != 0 || w.N%abiStageK != 0 {
-		return nil, fmt.Errorf("%w: backend \"cuda\" needs K and N multiples of %d, have K=%d N=%d; use the %q backend",
-			backend.ErrUnsupported, abiStageK, w.K, w.N, backend.GoName)
-	}
 	numGlobal, err := spec.EP.NumGlobal(w.E)
 	if err != nil {
 		return nil, err
@@ -317,11 +350,14 @@ func (l *Layer) uploadWeights() error {
 	var err error
 	l.epRank = spec.EP.Normalize().Rank
 	params := packParams(spec.Params)
+	d31, d31s := decodeW31(w)
+	d2, d2s := decodeW2(w)
 	for _, up := range []struct {
 		dst  *devptr
 		data []byte
 	}{
 		{&l.w31, w.W31}, {&l.w31s, w.W31Scale}, {&l.w2, w.W2}, {&l.w2s, w.W2Scale}, {&l.params, f32bytes(params)},
+		{&l.d31, d31}, {&l.d31s, d31s}, {&l.d2, d2}, {&l.d2s, d2s},
 	} {
 		if *up.dst, err = cuMemAlloc(len(up.data)); err != nil {
 			return errors.Join(err, l.free())
@@ -361,7 +397,9 @@ type Layer struct {
 	w31, w31s devptr
 	w2, w2s   devptr
 	params    devptr
-	ws        map[int]*workspace // per token count, at most maxWorkspaces
+	d31, d31s devptr // FC1 and FC2 in the decode path's tiles
+	d2, d2s   devptr
+	ws        map[int]*workspace // per token count, at most MaxWorkspaces
 	uses      uint64             // forwards so far, for the LRU order
 	closed    bool
 }
@@ -381,7 +419,9 @@ type workspace struct {
 	ids, wts, pos, perm      devptr
 	counts, offset, tileBase devptr
 	aq, aqs, y, out          devptr
-	form                     int // of the input uploaded last
+	xqd, xsf, touched, aqsf  devptr // the decode path's padded x, float scales, touched experts, float aq scales
+	decode                   bool   // which path this token count takes
+	form                     int    // of the input uploaded last
 	graph                    [2]cuGraph
 	graphX                   [2]cuGraphX
 	bufs                     []devptr
@@ -392,7 +432,7 @@ type workspace struct {
 // second call frees nothing twice.
 func (l *Layer) free() error {
 	var errs []error
-	for _, p := range []*devptr{&l.w31, &l.w31s, &l.w2, &l.w2s, &l.params} {
+	for _, p := range []*devptr{&l.w31, &l.w31s, &l.w2, &l.w2s, &l.params, &l.d31, &l.d31s, &l.d2, &l.d2s} {
 		if *p != 0 {
 			errs = append(errs, cuMemFree(*p))
 			*p = 0
@@ -422,7 +462,7 @@ func (ws *workspace) free() error {
 }
 
 // workspace returns the buffers for m tokens of top-k, making them (and
-// evicting the least recently used beyond maxWorkspaces) if needed.
+// evicting the least recently used beyond MaxWorkspaces) if needed.
 func (l *Layer) workspace(m, topk int) (*workspace, error) {
 	l.uses++
 	if ws := l.ws[m]; ws != nil && ws.topk == topk {
@@ -434,7 +474,7 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 			return nil, err
 		}
 	}
-	for len(l.ws) >= maxWorkspaces {
+	for len(l.ws) >= MaxWorkspaces {
 		oldest := -1
 		for m, ws := range l.ws {
 			if oldest < 0 || ws.lastUse < l.ws[oldest].lastUse {
@@ -448,7 +488,8 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 		}
 	}
 	w := l.w
-	ws := &workspace{m: m, topk: topk, lastUse: l.uses}
+	ws := &workspace{m: m, topk: topk, lastUse: l.uses, decode: l.useDecode(m)}
+	kp, np := padTo(w.K), padTo(w.N)
 	entries := m * topk
 	for _, a := range []struct {
 		p *devptr
@@ -457,7 +498,8 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 		{&ws.x, 4 * m * w.K}, {&ws.xq, m * w.K}, {&ws.xs, m * w.K / 32},
 		{&ws.ids, 4 * entries}, {&ws.wts, 4 * entries}, {&ws.pos, 4 * entries}, {&ws.perm, 4 * entries},
 		{&ws.counts, 4 * w.E}, {&ws.offset, 4 * (w.E + 1)}, {&ws.tileBase, 4 * (w.E + 1)},
-		{&ws.aq, entries * w.N}, {&ws.aqs, entries * w.N / 32}, {&ws.y, 4 * entries * w.K}, {&ws.out, 4 * m * w.K},
+		{&ws.aq, entries * np}, {&ws.aqs, entries * np / 32}, {&ws.y, 4 * entries * w.K}, {&ws.out, 4 * m * w.K},
+		{&ws.xqd, m * kp}, {&ws.xsf, 4 * m * kp / 32}, {&ws.touched, 4 * (w.E + 1)}, {&ws.aqsf, 4 * entries * np / 32},
 	} {
 		p, err := cuMemAlloc(a.n)
 		if err != nil {
@@ -465,6 +507,16 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 		}
 		*a.p = p
 		ws.bufs = append(ws.bufs, p)
+	}
+	// The decode path's padding columns of the intermediate stay zero codes
+	// with scale 1.0: GEMM1 writes only the real features.
+	s := l.b.stream
+	err := cuMemsetD32(ws.aq, 0, max(1, entries*np/4), s)
+	if err == nil {
+		err = cuMemsetD32(ws.aqsf, 0x3f800000, max(1, entries*np/32), s)
+	}
+	if err != nil {
+		return nil, errors.Join(err, ws.free())
 	}
 	l.ws[m] = ws
 	return ws, nil
@@ -502,67 +554,34 @@ func (l *Layer) upload(in *moe.Input) (*workspace, error) {
 	return ws, err
 }
 
-// stepNames names enqueue's steps, for Profile.
-var stepNames = []string{"memset", "quantize_x", "route_count", "route_scatter", "gemm1_act", "gemm2", "finalize"}
+// step is one stage of a forward, named for Profile.
+type step struct {
+	name string
+	run  func() error
+}
 
 // enqueue issues the whole forward for ws on the stream.
 func (l *Layer) enqueue(ws *workspace) error { return l.enqueueProfiled(ws, nil) }
 
-// enqueueProfiled is enqueue; with events (len(stepNames)+1 of them) it
+// enqueueProfiled is enqueue; with events (one more than the steps) it
 // records one before the first step and one after each.
 func (l *Layer) enqueueProfiled(ws *workspace, events []cuEvent) error {
-	w, k, s := l.w, l.b.k, l.b.stream
-	m, topk, entries := ws.m, ws.topk, ws.m*ws.topk
-	if m == 0 {
+	if ws.m == 0 {
 		return nil
 	}
-	recipe := recipeCode(l.spec.Recipe)
-	tt := tileTokens(m)
-	maxTiles := (entries+tt-1)/tt + w.E
-	i32 := func(v int) int32 { return int32(v) }
-	steps := []func() error{
-		func() error { return cuMemsetD32(ws.pos, 0xFFFFFFFF, entries, s) },
-		func() error {
-			if ws.form != formFloat {
-				return nil
-			}
-			nblocks := m * w.K / 32
-			return k.quantizeX.launch([3]int{(nblocks*32 + abiThreads - 1) / abiThreads, 1, 1}, s,
-				&quantizeXArgs{X: ws.x, Codes: ws.xq, Scales: ws.xs, NBlocks: i32(nblocks), Recipe: recipe})
-		},
-		func() error {
-			return k.routeCount.launch([3]int{w.E, 1, 1}, s,
-				&routeCountArgs{IDs: ws.ids, Counts: ws.counts, NEntries: i32(entries), Rank: i32(l.epRank), ELocal: i32(w.E)})
-		},
-		func() error {
-			return k.routeScatter.launch([3]int{w.E, 1, 1}, s,
-				&routeScatterArgs{IDs: ws.ids, Counts: ws.counts, Perm: ws.perm, Pos: ws.pos, Offset: ws.offset, TileBase: ws.tileBase,
-					NEntries: i32(entries), Rank: i32(l.epRank), ELocal: i32(w.E), TT: i32(tt)})
-		},
-		func() error {
-			return k.gemm1[tt].launch([3]int{w.N / abiGemm1Features, maxTiles, 1}, s,
-				&gemm1Args{XQ: ws.xq, XS: ws.xs, W31: l.w31, W31S: l.w31s, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
-					Params: l.params, AQ: ws.aq, AQS: ws.aqs, K: i32(w.K), N: i32(w.N), TopK: i32(topk), ELocal: i32(w.E),
-					Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
-		},
-		func() error {
-			return k.gemm2[tt].launch([3]int{w.K / abiGemm2Rows, maxTiles, 1}, s,
-				&gemm2Args{AQ: ws.aq, AQS: ws.aqs, W2: l.w2, W2S: l.w2s, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
-					N: i32(w.N), K: i32(w.K), ELocal: i32(w.E)})
-		},
-		func() error {
-			return k.finalize.launch([3]int{m, (w.K + abiFinalizeCols - 1) / abiFinalizeCols, 1}, s,
-				&finalizeArgs{Y: ws.y, Pos: ws.pos, Wts: ws.wts, Out: ws.out, TopK: i32(topk), K: i32(w.K)})
-		},
+	steps := l.groupedSteps(ws)
+	if ws.decode {
+		steps = l.decodeSteps(ws)
 	}
+	s := l.b.stream
 	if events != nil {
 		if err := cuEventRecord(events[0], s); err != nil {
 			return err
 		}
 	}
-	for k, step := range steps {
-		if err := step(); err != nil {
-			return err
+	for k, st := range steps {
+		if err := st.run(); err != nil {
+			return fmt.Errorf("%s: %w", st.name, err)
 		}
 		if events != nil {
 			if err := cuEventRecord(events[k+1], s); err != nil {
@@ -573,6 +592,98 @@ func (l *Layer) enqueueProfiled(ws *workspace, events []cuEvent) error {
 	return nil
 }
 
+func i32(v int) int32 { return int32(v) }
+
+// decodeSteps are the decode path: prologue (quantize or copy x, route),
+// GEMM1 with the activation, GEMM2, finalize.
+func (l *Layer) decodeSteps(ws *workspace) []step {
+	w, k, s := l.w, l.b.k, l.b.stream
+	m, topk, entries := ws.m, ws.topk, ws.m*ws.topk
+	kp, np := padTo(w.K), padTo(w.N)
+	maxExperts := min(w.E, entries)
+	form := abiFormQuantized
+	if ws.form == formFloat {
+		form = abiFormFloat
+	}
+	quantCTAs := min((m*kp/32+7)/8, 264)
+	// Token subtiles per pass: an expert has at most m tokens.
+	ns := 4
+	if m <= 8 {
+		ns = 1
+	} else if m <= 16 {
+		ns = 2
+	}
+	return []step{
+		{"prologue", func() error {
+			return k.decPrologue.launchWith([3]int{1 + quantCTAs, 1, 1}, abiThreads, 4*(w.E+1), s,
+				&decodePrologueArgs{X: ws.x, XQIn: ws.xq, XSIn: ws.xs, IDs: ws.ids, XQ: ws.xqd, XSF: ws.xsf, Pos: ws.pos,
+					Perm: ws.perm, Offset: ws.offset, Touched: ws.touched, M: i32(m), K: i32(w.K), KPad: i32(kp),
+					TopK: i32(topk), Rank: i32(l.epRank), ELocal: i32(w.E), Recipe: recipeCode(l.spec.Recipe), Form: form})
+		}},
+		{"gemm1_act", func() error {
+			return k.decGemm1[ns].launchWith([3]int{w.N / 32, maxExperts, 1}, abiDecodeThreads, 0, s,
+				&decodeGemm1Args{XQ: ws.xqd, XSF: ws.xsf, W: l.d31, WS: l.d31s, Perm: ws.perm, Offset: ws.offset, Touched: ws.touched,
+					Params: l.params, AQ: ws.aq, AQS: ws.aqs, AQSF: ws.aqsf, KPad: i32(kp), N: i32(w.N), NPad: i32(np),
+					TopK: i32(topk), ELocal: i32(w.E), Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)),
+					Chain: chainCode(l.spec.Chain), Recipe: recipeCode(l.spec.Recipe)})
+		}},
+		{"gemm2", func() error {
+			return k.decGemm2[ns].launchWith([3]int{(w.K/16 + 3) / 4, maxExperts, 1}, abiDecodeThreads, 0, s,
+				&decodeGemm2Args{AQ: ws.aq, AQSF: ws.aqsf, W: l.d2, WS: l.d2s, Offset: ws.offset, Touched: ws.touched, Y: ws.y,
+					K: i32(w.K), NPad: i32(np), ELocal: i32(w.E)})
+		}},
+		{"finalize", func() error {
+			return k.finalize.launch([3]int{m, (w.K + abiFinalizeCols - 1) / abiFinalizeCols, 1}, s,
+				&finalizeArgs{Y: ws.y, Pos: ws.pos, Wts: ws.wts, Out: ws.out, TopK: i32(topk), K: i32(w.K)})
+		}},
+	}
+}
+
+// groupedSteps are the grouped path: quantize x, route (count, scatter),
+// grouped GEMM1 with the activation, grouped GEMM2, finalize.
+func (l *Layer) groupedSteps(ws *workspace) []step {
+	w, k, s := l.w, l.b.k, l.b.stream
+	m, topk, entries := ws.m, ws.topk, ws.m*ws.topk
+	recipe := recipeCode(l.spec.Recipe)
+	tt := tileTokens(m)
+	maxTiles := (entries+tt-1)/tt + w.E
+	return []step{
+		{"memset", func() error { return cuMemsetD32(ws.pos, 0xFFFFFFFF, entries, s) }},
+		{"quantize_x", func() error {
+			if ws.form != formFloat {
+				return nil
+			}
+			nblocks := m * w.K / 32
+			return k.quantizeX.launch([3]int{(nblocks*32 + abiThreads - 1) / abiThreads, 1, 1}, s,
+				&quantizeXArgs{X: ws.x, Codes: ws.xq, Scales: ws.xs, NBlocks: i32(nblocks), Recipe: recipe})
+		}},
+		{"route_count", func() error {
+			return k.routeCount.launch([3]int{w.E, 1, 1}, s,
+				&routeCountArgs{IDs: ws.ids, Counts: ws.counts, NEntries: i32(entries), Rank: i32(l.epRank), ELocal: i32(w.E)})
+		}},
+		{"route_scatter", func() error {
+			return k.routeScatter.launch([3]int{w.E, 1, 1}, s,
+				&routeScatterArgs{IDs: ws.ids, Counts: ws.counts, Perm: ws.perm, Pos: ws.pos, Offset: ws.offset, TileBase: ws.tileBase,
+					NEntries: i32(entries), Rank: i32(l.epRank), ELocal: i32(w.E), TT: i32(tt)})
+		}},
+		{"gemm1_act", func() error {
+			return k.gemm1[tt].launch([3]int{w.N / abiGemm1Features, maxTiles, 1}, s,
+				&gemm1Args{XQ: ws.xq, XS: ws.xs, W31: l.w31, W31S: l.w31s, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
+					Params: l.params, AQ: ws.aq, AQS: ws.aqs, K: i32(w.K), N: i32(w.N), TopK: i32(topk), ELocal: i32(w.E),
+					Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
+		}},
+		{"gemm2", func() error {
+			return k.gemm2[tt].launch([3]int{w.K / abiGemm2Rows, maxTiles, 1}, s,
+				&gemm2Args{AQ: ws.aq, AQS: ws.aqs, W2: l.w2, W2S: l.w2s, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
+					N: i32(w.N), K: i32(w.K), ELocal: i32(w.E)})
+		}},
+		{"finalize", func() error {
+			return k.finalize.launch([3]int{m, (w.K + abiFinalizeCols - 1) / abiFinalizeCols, 1}, s,
+				&finalizeArgs{Y: ws.y, Pos: ws.pos, Wts: ws.wts, Out: ws.out, TopK: i32(topk), K: i32(w.K)})
+		}},
+	}
+}
+
 // Profile runs the uploaded m-token forward eagerly with an event between
 // kernels and returns each step's device time in milliseconds, by name.
 func (l *Layer) Profile(m int) (out map[string]float64, err error) {
@@ -581,7 +692,11 @@ func (l *Layer) Profile(m int) (out map[string]float64, err error) {
 		if ws == nil || l.closed {
 			return fmt.Errorf("cuda: Profile(%d): no uploaded input of %d tokens", m, m)
 		}
-		events := make([]cuEvent, len(stepNames)+1)
+		steps := l.groupedSteps(ws)
+		if ws.decode {
+			steps = l.decodeSteps(ws)
+		}
+		events := make([]cuEvent, len(steps)+1)
 		for k := range events {
 			var err error
 			if events[k], err = cuEventCreate(); err != nil {
@@ -596,9 +711,9 @@ func (l *Layer) Profile(m int) (out map[string]float64, err error) {
 			return err
 		}
 		out = map[string]float64{}
-		for k, name := range stepNames {
+		for k, st := range steps {
 			var err error
-			if out[name], err = cuEventElapsed(events[k], events[k+1]); err != nil {
+			if out[st.name], err = cuEventElapsed(events[k], events[k+1]); err != nil {
 				return err
 			}
 		}

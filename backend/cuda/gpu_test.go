@@ -4,7 +4,9 @@ package cuda
 
 import (
 	"errors"
+	"math"
 	"testing"
+	"unsafe"
 
 	"kimimoe/activation"
 	"kimimoe/backend"
@@ -14,7 +16,7 @@ import (
 )
 
 // Lifecycle on the device: a forward over more token counts than
-// maxWorkspaces keeps at most maxWorkspaces workspaces; a second Close
+// MaxWorkspaces keeps at most MaxWorkspaces workspaces; a second Close
 // frees nothing twice; Forward after Close and after the backend's Close
 // is ErrClosed, never a panic; Close after the backend's Close is nil.
 func TestLayerLifecycle(t *testing.T) {
@@ -32,7 +34,11 @@ func TestLayerLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := layer.(*Layer)
-	for m := 1; m <= maxWorkspaces+4; m++ {
+	// Which path runs: decode up to decodeMaxM tokens, grouped above.
+	if l.PathFor(1) != "decode" || l.PathFor(decodeMaxM) != "decode" || l.PathFor(decodeMaxM+1) != "grouped" {
+		t.Errorf("paths: M=1 %s, M=%d %s, M=%d %s", l.PathFor(1), decodeMaxM, l.PathFor(decodeMaxM), decodeMaxM+1, l.PathFor(decodeMaxM+1))
+	}
+	for m := 1; m <= MaxWorkspaces+4; m++ {
 		s.M, s.Seed = m, uint64(m)
 		c, err := validation.GenerateCase(&s, w)
 		if err != nil {
@@ -42,8 +48,17 @@ func TestLayerLifecycle(t *testing.T) {
 		if err := l.ForwardGraph(out, &c.Input); err != nil {
 			t.Fatalf("M=%d: %v", m, err)
 		}
-		if len(l.ws) > maxWorkspaces {
-			t.Fatalf("M=%d: %d workspaces kept, bound %d", m, len(l.ws), maxWorkspaces)
+		if len(l.ws) > MaxWorkspaces {
+			t.Fatalf("M=%d: %d workspaces kept, bound %d", m, len(l.ws), MaxWorkspaces)
+		}
+		// The profile names the steps of the path that ran.
+		prof, err := l.Profile(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, decodeRan := prof["prologue"]
+		if decodeRan != (l.PathFor(m) == "decode") {
+			t.Errorf("M=%d: path %s, but the steps run were %v", m, l.PathFor(m), prof)
 		}
 	}
 	c, _ := validation.GenerateCase(&s, w)
@@ -77,3 +92,46 @@ func TestLayerLifecycle(t *testing.T) {
 		t.Fatalf("second backend Close: %v", err)
 	}
 }
+
+// The kernels' E2M1 -> E4M3 widening, for all 65536 inputs of four codes,
+// against package mxfp's decoders (which the reference vectors check):
+// every byte must decode to its nibble's value, signed zeros included.
+func TestWiden4Exhaustive(t *testing.T) {
+	bk := openOrSkip(t)
+	b := bk.(*Backend)
+	defer b.Close()
+	out := make([]uint32, 65536)
+	err := b.locked(func() error {
+		k, err := bind[testWiden4Args](b.module, kTestWiden4)
+		if err != nil {
+			return err
+		}
+		buf, err := cuMemAlloc(4 * len(out))
+		if err != nil {
+			return err
+		}
+		defer cuMemFree(buf)
+		if err := k.launch([3]int{65536 / abiThreads, 1, 1}, b.stream, &testWiden4Args{Out: buf}); err != nil {
+			return err
+		}
+		if err := cuMemcpyDtoH(u32bytes(out), buf, b.stream); err != nil {
+			return err
+		}
+		return cuStreamSync(b.stream)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v, got := range out {
+		for i := range 4 {
+			code := uint8(v >> (4 * i) & 0xF)
+			e4 := uint8(got >> (8 * i))
+			want, have := mxfp.DecodeE2M1(code), mxfp.DecodeE4M3(e4)
+			if math.Float32bits(want) != math.Float32bits(have) {
+				t.Fatalf("widen4(%#04x) byte %d = %#02x (%v), want E2M1 %#x = %v", v, i, e4, have, code, want)
+			}
+		}
+	}
+}
+
+func u32bytes(v []uint32) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v)) }

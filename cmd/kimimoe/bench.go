@@ -29,13 +29,14 @@ type benchRow struct {
 	FloorMS      float64   `json:"floor_ms"`
 	FloorBound   string    `json:"floor_bound"`
 	RatioToFloor float64   `json:"ratio_to_floor"`
+	Path         string    `json:"path,omitempty"`
 	SamplesMS    []float64 `json:"samples_ms"`
 }
 
 func runBench(args []string) error {
 	fs := newFlags("bench", "[--backend cuda] [--m 1,128,512,2048,8192] [--rounds 20] [--json FILE]")
 	name := fs.String("backend", "cuda", "backend (must time on a device)")
-	msFlag := fs.String("m", "1,128,512,2048,8192", "token counts")
+	msFlag := fs.String("m", "1,2,4,8,16,32,128,512,2048,8192", "token counts")
 	rounds := fs.Int("rounds", 20, "interleaved timed rounds")
 	warmup := fs.Int("warmup", 3, "untimed forwards per token count first")
 	graph := fs.Bool("graph", true, "time CUDA-graph replays (else eager launches)")
@@ -58,6 +59,9 @@ func runBench(args []string) error {
 	ms, err := parseTokenCounts(*msFlag)
 	if err != nil {
 		return err
+	}
+	if len(ms) > 16 {
+		return usagef("--m: at most 16 token counts (a layer keeps the buffers of 16 at once)")
 	}
 	if *rounds < 1 || *warmup < 0 || *copyMB < 1 || !(*peak > 0) {
 		return usagef("--rounds must be at least 1, --warmup at least 0, --copy-mb at least 1, --fp8-peak positive")
@@ -113,6 +117,9 @@ func runBench(args []string) error {
 		}
 		r := &rows[j]
 		r.M, r.LocalPairs, r.Experts = m, pairs, len(touched)
+		if pf, ok := layer.(interface{ PathFor(int) string }); ok {
+			r.Path = pf.PathFor(m)
+		}
 		// Fewest bytes: each touched expert's weights and scales once, x in
 		// (float32), the routing, and the float32 output.
 		r.Bytes = int64(len(touched))*perExpert + int64(m*kimi.K*4) + int64(m*kimi.TopK*8) + int64(m*kimi.K*4)
@@ -153,7 +160,7 @@ func runBench(args []string) error {
 		kimi.K, kimi.N, kimi.TopK, chain, *graph)
 	fmt.Fprintf(out, "floor = max(bytes / %.2f TB/s (copy, measured now), FLOPs / %.0f TFLOP/s (FP8 peak, torch._scaled_mm on the H200)); median of %d interleaved rounds (CUDA events) in %.1fs\n",
 		bw/1e12, *peak, *rounds, time.Since(start).Seconds())
-	fmt.Fprintf(out, "%6s %8s %8s %10s %10s %10s %9s %9s %9s %8s\n", "M", "experts", "MB", "median ms", "min ms", "max ms", "GB/s", "TFLOP/s", "floor ms", "x floor")
+	fmt.Fprintf(out, "%6s %8s %8s %10s %10s %10s %9s %9s %9s %8s  %s\n", "M", "experts", "MB", "median ms", "min ms", "max ms", "GB/s", "TFLOP/s", "floor ms", "x floor", "path")
 	for j := range rows {
 		r := &rows[j]
 		sorted := append([]float64(nil), r.SamplesMS...)
@@ -171,8 +178,8 @@ func runBench(args []string) error {
 			r.FloorMS, r.FloorBound = fpMS, "compute"
 		}
 		r.RatioToFloor = r.MedianMS / r.FloorMS
-		fmt.Fprintf(out, "%6d %8d %8.1f %10.4f %10.4f %10.4f %9.0f %9.1f %9.4f %8.2f\n",
-			r.M, r.Experts, float64(r.Bytes)/1e6, r.MedianMS, r.MinMS, r.MaxMS, r.GBps, r.TFLOPs, r.FloorMS, r.RatioToFloor)
+		fmt.Fprintf(out, "%6d %8d %8.1f %10.4f %10.4f %10.4f %9.0f %9.1f %9.4f %8.2f  %s\n",
+			r.M, r.Experts, float64(r.Bytes)/1e6, r.MedianMS, r.MinMS, r.MaxMS, r.GBps, r.TFLOPs, r.FloorMS, r.RatioToFloor, r.Path)
 	}
 	if prof, ok := layer.(interface {
 		Profile(m int) (map[string]float64, error)

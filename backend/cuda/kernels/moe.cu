@@ -21,7 +21,6 @@
 #endif
 
 typedef unsigned short u16;
-typedef unsigned int u32;
 typedef unsigned long long u64;
 struct __align__(8) f2 {
     float x, y;
@@ -122,12 +121,22 @@ __device__ __forceinline__ float round_bf16(float x) {
 // E4M3 bytes in one register, element 0 in the low byte. The widening is
 // exact: E2M1 magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6 are the E4M3 bytes 0x00,
 // 0x30, 0x38, 0x3C, 0x40, 0x44, 0x48, 0x4C; one byte permute looks all four
-// up (selector = the 3-bit magnitudes), and each nibble's sign bit (3) moves
-// to its byte's bit 7.
+// up (selector = the 3-bit magnitudes). The signs take a second permute
+// (PTX prmt's generic mode): with the whole code as selector, a set bit 3
+// (a negative code) makes it replicate the selected byte's msb, so from bytes 0x80 it gives
+// 0xFF for a negative code and 0x80 for a positive one: bit 0 of each byte
+// is the sign, shifted to bit 7. Five instructions for four codes.
 __device__ __forceinline__ u32 widen4(u32 two) {
     u32 mag = __byte_perm(0x3C383000u, 0x4C484440u, two & 0x7777u);
-    u32 sgn = ((two & 0x8u) << 4) | ((two & 0x80u) << 8) | ((two & 0x800u) << 12) | ((two & 0x8000u) << 16);
-    return mag | sgn;
+    u32 m; // PTX prmt, not __byte_perm: the intrinsic takes only 3 selector bits, no sign mode
+    asm("prmt.b32 %0, %1, %1, %2;" : "=r"(m) : "r"(0x80808080u), "r"(two));
+    return mag | ((m << 7) & 0x80808080u);
+}
+
+// widen4 for every 16-bit input, for the exhaustive test.
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_test_widen4(const TestWiden4Args a) {
+    u32 v = blockIdx.x * blockDim.x + threadIdx.x;
+    if (v < 65536u) a.out[v] = widen4(v);
 }
 
 // ------------------------------------------------------ the block MMA --
@@ -431,13 +440,10 @@ __device__ __forceinline__ void load_a(ChunkA& d, const WarpRows& w, int c, int 
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         int kb = c * 4 + q;
-        // Weights are read-only for the kernel's lifetime: the
-        // non-coherent (read-only) path, as the original restrict-qualified
-        // kernel parameters let the compiler choose.
-        d.a0[q] = __ldg((const unsigned int*)(w.a0 + kb * 16 + 4 * t));
-        d.a1[q] = __ldg((const unsigned int*)(w.a1 + kb * 16 + 4 * t));
-        d.s0[q] = __ldg(w.s0 + kb);
-        d.s1[q] = __ldg(w.s1 + kb);
+        d.a0[q] = *(const u32*)(w.a0 + kb * 16 + 4 * t);
+        d.a1[q] = *(const u32*)(w.a1 + kb * 16 + 4 * t);
+        d.s0[q] = w.s0[kb];
+        d.s1[q] = w.s1[kb];
     }
 }
 
@@ -490,40 +496,24 @@ __device__ __forceinline__ void gemm_k_loop(float (&acc)[TT / 8][4], GemmSmem<TT
     cp_async_wait0();
 }
 
-// GEMM1 with the activation and MXFP8 requantization fused. Warp w owns
-// intermediate features fw = f0 + 8w .. fw+7: its MMA rows g are up rows
-// fw+g and rows g+8 the gate rows N+fw+g, so each thread holds matching up
-// and gate values for its tokens. Warps 0-3 and 4-7 form the two 32-feature
-// MXFP8 blocks of the CTA's KMOE_GEMM1_FEATURES features. grid.x = N /
-// KMOE_GEMM1_FEATURES.
-template <int TT>
-__device__ __forceinline__ void gemm1_act(const Gemm1Args& a) {
-    __shared__ GemmSmem<TT> sm;
-    __shared__ u32 s_amax[8][TT];
-    const int K = a.k, N = a.n, topk = a.top_k;
-    Tile tl;
-    if (!block_tile<TT>(a.offset, a.tile_base, a.e_local, &tl)) return;
-    if (threadIdx.x < TT) sm.src[threadIdx.x] = threadIdx.x < tl.count ? a.perm[tl.row0 + threadIdx.x] / topk : -1;
-    __syncthreads();
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int fw = blockIdx.x * KMOE_GEMM1_FEATURES + warp * 8;
-    u64 rows_e = (u64)2 * N;
-    u64 up_row = (u64)tl.expert * rows_e + fw + g, gate_row = up_row + N;
-    WarpRows w = {a.w31 + up_row * (K / 2), a.w31 + gate_row * (K / 2), a.w31s + up_row * (K / 32),
-                  a.w31s + gate_row * (K / 32)};
-    int nsub = (tl.count + 7) / 8;
-    float acc[TT / 8][4];
-    for (int s = 0; s < TT / 8; s++) for (int i = 0; i < 4; i++) acc[s][i] = 0.0f;
-    gemm_k_loop<TT>(acc, sm, w, K, a.xq, a.xs, nsub, g, t);
-
-    // Activation in registers: acc[s][0,1] = up(fw+g; tokens 8s+2t, +1),
-    // acc[s][2,3] = gate of the same.
-    const float* p = a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE;
-    bool chain_fi = a.chain == KMOE_CHAIN_FLASHINFER;
-    int rcp = chain_fi ? KMOE_RECIPE_RCEIL : a.recipe;
-    float v[TT / 8][2];
+// The GEMM1 epilogue of both paths: the activation in registers, then
+// MXFP8 requantization of each 32-feature block, which four warps (warps
+// bw0 .. bw0+3 of the CTA, 8 features each) share through s_amax. acc[s]
+// holds, for token subtile s, up(fw+g; tokens 8s+2t, 8s+2t+1) in [0], [1]
+// and the gate of the same in [2], [3]. Token tok's codes go to row
+// row0 + tok of aq (ldn features a row; scales ldn/32 a row, and as
+// floats in aqsf unless it is null). Called by
+// every thread of the CTA (it synchronizes).
+template <int NS>
+__device__ __forceinline__ void act_requant_store(const float (&acc)[NS][4], int nsub, int count, u32 (*s_amax)[NS * 8],
+                                                  int warp, int bw0, const float* p, int kind, int chain, int recipe,
+                                                  int g, int t, u8* aq, u8* aqs, float* aqsf, int row0, int ldn,
+                                                  int fw) {
+    bool chain_fi = chain == KMOE_CHAIN_FLASHINFER;
+    int rcp = chain_fi ? KMOE_RECIPE_RCEIL : recipe;
+    float v[NS][2];
 #pragma unroll
-    for (int s = 0; s < TT / 8; s++) {
+    for (int s = 0; s < NS; s++) {
         if (s >= nsub) break;
         for (int h = 0; h < 2; h++) {
             float up = acc[s][h], gate = acc[s][2 + h];
@@ -531,7 +521,7 @@ __device__ __forceinline__ void gemm1_act(const Gemm1Args& a) {
                 up = round_bf16(up);
                 gate = round_bf16(gate);
             }
-            float act = gated_act(a.kind, p, gate, up);
+            float act = gated_act(kind, p, gate, up);
             if (chain_fi) act = round_bf16(act);
             v[s][h] = act;
             // amax over this warp's 8 features (lanes with equal t), NaN as all-ones.
@@ -542,16 +532,15 @@ __device__ __forceinline__ void gemm1_act(const Gemm1Args& a) {
         }
     }
     __syncthreads();
-    int blk = warp >> 2; // which 32-feature block
 #pragma unroll
-    for (int s = 0; s < TT / 8; s++) {
+    for (int s = 0; s < NS; s++) {
         if (s >= nsub) break;
         for (int h = 0; h < 2; h++) {
             int tok = s * 8 + 2 * t + h;
-            if (tok >= tl.count) continue;
+            if (tok >= count) continue;
             u32 amax = 0;
             bool anynan = false;
-            for (int w8 = blk * 4; w8 < blk * 4 + 4; w8++) {
+            for (int w8 = bw0; w8 < bw0 + 4; w8++) {
                 u32 m = s_amax[w8][tok];
                 if (m == 0xFFFFFFFFu) anynan = true;
                 else amax = umax(amax, m);
@@ -564,11 +553,46 @@ __device__ __forceinline__ void gemm1_act(const Gemm1Args& a) {
                 u32 su = __float_as_uint(scaled), sa = su & 0x7FFFFFFFu;
                 code = sa > 0x7F800000u ? 0x7Eu : (e4m3_abs(sa) | ((su >> 24) & 0x80u));
             }
-            u64 row = (u64)(tl.row0 + tok);
-            a.aq[row * N + fw + g] = (u8)code;
-            if ((warp & 3) == 0 && g == 0) a.aqs[row * (N / 32) + (fw >> 5)] = (u8)sc;
+            u64 row = (u64)(row0 + tok);
+            aq[row * ldn + fw + g] = (u8)code;
+            if (warp == bw0 && g == 0) {
+                aqs[row * (ldn / 32) + (fw >> 5)] = (u8)sc;
+                if (aqsf) aqsf[row * (ldn / 32) + (fw >> 5)] = e8m0_to_float(sc);
+            }
         }
     }
+}
+
+// GEMM1 with the activation and MXFP8 requantization fused. Warp w owns
+// intermediate features fw = f0 + 8w .. fw+7: its MMA rows g are up rows
+// fw+g and rows g+8 the gate rows N+fw+g, so each thread holds matching up
+// and gate values for its tokens. Warps 0-3 and 4-7 form the two 32-feature
+// MXFP8 blocks of the CTA's KMOE_GEMM1_FEATURES features. grid.x = N /
+// KMOE_GEMM1_FEATURES.
+template <int TT>
+__device__ __forceinline__ void gemm1_act(const Gemm1Args& a) {
+    __shared__ GemmSmem<TT> sm;
+    __shared__ u32 s_amax[8][TT];
+    const int K = a.k, N = a.n, topk = a.top_k;
+    const u8* __restrict__ w31 = a.w31;
+    const u8* __restrict__ w31s = a.w31s;
+    Tile tl;
+    if (!block_tile<TT>(a.offset, a.tile_base, a.e_local, &tl)) return;
+    if (threadIdx.x < TT) sm.src[threadIdx.x] = threadIdx.x < tl.count ? a.perm[tl.row0 + threadIdx.x] / topk : -1;
+    __syncthreads();
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int fw = blockIdx.x * KMOE_GEMM1_FEATURES + warp * 8;
+    u64 rows_e = (u64)2 * N;
+    u64 up_row = (u64)tl.expert * rows_e + fw + g, gate_row = up_row + N;
+    WarpRows w = {w31 + up_row * (K / 2), w31 + gate_row * (K / 2), w31s + up_row * (K / 32), w31s + gate_row * (K / 32)};
+    int nsub = (tl.count + 7) / 8;
+    float acc[TT / 8][4];
+    for (int s = 0; s < TT / 8; s++) for (int i = 0; i < 4; i++) acc[s][i] = 0.0f;
+    gemm_k_loop<TT>(acc, sm, w, K, a.xq, a.xs, nsub, g, t);
+
+    const float* p = a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE;
+    act_requant_store<TT / 8>(acc, nsub, tl.count, s_amax, warp, (warp >> 2) * 4, p, a.kind, a.chain, a.recipe, g, t,
+                              a.aq, a.aqs, nullptr, tl.row0, N, fw);
 }
 
 // GEMM2: y[row, f] = sum_n W2[e][f][n] * aq[row][n] in float32. Warp w owns
@@ -578,6 +602,8 @@ template <int TT>
 __device__ __forceinline__ void gemm2(const Gemm2Args& a) {
     __shared__ GemmSmem<TT> sm;
     const int K = a.k, N = a.n;
+    const u8* __restrict__ w2 = a.w2;
+    const u8* __restrict__ w2s = a.w2s;
     Tile tl;
     if (!block_tile<TT>(a.offset, a.tile_base, a.e_local, &tl)) return;
     if (threadIdx.x < TT) sm.src[threadIdx.x] = threadIdx.x < tl.count ? tl.row0 + threadIdx.x : -1;
@@ -585,7 +611,7 @@ __device__ __forceinline__ void gemm2(const Gemm2Args& a) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int f = blockIdx.x * KMOE_GEMM2_ROWS + warp * 16;
     u64 r0 = (u64)tl.expert * K + f + g, r1 = r0 + 8;
-    WarpRows w = {a.w2 + r0 * (N / 2), a.w2 + r1 * (N / 2), a.w2s + r0 * (N / 32), a.w2s + r1 * (N / 32)};
+    WarpRows w = {w2 + r0 * (N / 2), w2 + r1 * (N / 2), w2s + r0 * (N / 32), w2s + r1 * (N / 32)};
     int nsub = (tl.count + 7) / 8;
     float acc[TT / 8][4];
     for (int s = 0; s < TT / 8; s++) for (int i = 0; i < 4; i++) acc[s][i] = 0.0f;
@@ -613,6 +639,254 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_gemm1_act_t64
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_gemm1_act_t128(const Gemm1Args a) { gemm1_act<128>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_gemm2_t64(const Gemm2Args a) { gemm2<64>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_gemm2_t128(const Gemm2Args a) { gemm2<128>(a); }
+
+// ------------------------------------------------------ the decode path --
+//
+// For few tokens the layer streams weights: every touched expert's rows are
+// spread over all SMs, each warp reads its rows once with 16-byte loads,
+// several k-chunks in flight, and runs the same block-scaled MMA as the
+// grouped path (so the per-block arithmetic is the same), with the tokens
+// on the MMA's 8-wide side. Weights are pre-arranged at prepare time in
+// tiles of 16 rows x KMOE_STAGE_K k (1 KB of packed FP4 + 64 B of scales):
+// lane (g, t) of a warp finds, at bytes [32*lane, 32*lane + 32) of the
+// tile, the 4 bytes of rows g and g + 8 for each of the 4 32-blocks in the
+// MMA's permuted-k order; the scales are [16 rows][4 blocks]. K and N are
+// padded to KMOE_STAGE_K with zero weights and zero x codes (exact).
+//
+// Three kernels and the finalize: the prologue (x quantized to padded codes
+// and float scales, routing into an expert-sorted permutation and a list of
+// touched experts), GEMM1 with the activation and requantization, GEMM2.
+
+#define DEC_TILE_BYTES (16 * KC / 2)
+#define DEC_TILE_SCALES (16 * KC / 32)
+// k-chunks whose loads are issued together: more for fewer token subtiles
+// (fewer registers held by accumulators and operand pointers).
+#define DEC_UNROLL(NS) ((NS) == 1 ? 8 : 4)
+
+// The prologue. CTA 0 routes; the other CTAs quantize x (or copy the given
+// x_q) into the padded layout: codes [M][k_pad], float scales
+// [M][k_pad / 32] (1.0 for the padding).
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_decode_prologue(const DecodePrologueArgs a) {
+    extern __shared__ int s_counts[]; // [e_local + 1]
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (blockIdx.x == 0) {
+        int n = a.m * a.top_k, elocal = a.e_local;
+        for (int e = threadIdx.x; e <= elocal; e += blockDim.x) s_counts[e] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            int e = local_expert(a.ids[i], a.rank, elocal);
+            if (e >= 0) atomicAdd(&s_counts[e], 1);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) { // offsets (exclusive scan) and the touched list
+            int off = 0, nt = 0;
+            for (int e = 0; e < elocal; e++) {
+                int c = s_counts[e];
+                a.offset[e] = off;
+                if (c > 0) a.touched[nt++] = e;
+                s_counts[e] = off; // from here on: the next free row of e
+                off += c;
+            }
+            a.offset[elocal] = off;
+            a.touched[elocal] = nt;
+        }
+        __syncthreads();
+        if (warp == 0) { // stable scatter in entry order, 32 entries a step
+            for (int base = 0; base < n; base += 32) {
+                int i = base + lane;
+                int e = i < n ? local_expert(a.ids[i], a.rank, elocal) : -1;
+                u32 peers = __match_any_sync(0xFFFFFFFFu, e);
+                int before = __popc(peers & ((1u << lane) - 1u));
+                int row = e >= 0 ? s_counts[e] + before : -1;
+                __syncwarp();
+                if (e >= 0 && before == __popc(peers) - 1) s_counts[e] += __popc(peers);
+                __syncwarp();
+                if (i < n) {
+                    a.pos[i] = row;
+                    if (row >= 0) a.perm[row] = i;
+                }
+            }
+        }
+        return;
+    }
+    int kb_pad = a.k_pad / BLOCK, kb_real = a.k / BLOCK;
+    int nblocks = a.m * kb_pad;
+    int nwarps = (gridDim.x - 1) * (blockDim.x >> 5);
+    for (int b = (blockIdx.x - 1) * (blockDim.x >> 5) + warp; b < nblocks; b += nwarps) {
+        int tok = b / kb_pad, kb = b % kb_pad;
+        u64 dst = (u64)tok * a.k_pad + (u64)kb * BLOCK + lane;
+        if (kb >= kb_real) {
+            a.xq[dst] = 0;
+            if (lane == 0) a.xsf[b] = 1.0f;
+            continue;
+        }
+        u64 src = (u64)tok * a.k + (u64)kb * BLOCK + lane;
+        if (a.form == KMOE_FORM_FLOAT) {
+            u32 sc;
+            u32 c = warp_quantize_e4m3(a.x[src], a.recipe, &sc);
+            a.xq[dst] = (u8)c;
+            if (lane == 0) a.xsf[b] = e8m0_to_float(sc);
+        } else {
+            a.xq[dst] = a.xq_in[src];
+            if (lane == 0) a.xsf[b] = e8m0_to_float(a.xs_in[(u64)tok * kb_real + kb]);
+        }
+    }
+}
+
+// One warp's streamed MMA over a row tile: acc[s] += rows(g, g+8) x tokens
+// of subtile s, over nchunk k-chunks of pre-arranged tiles at w (payload)
+// and ws (scales). bcode[s] points at the k = 0 code of the token in column
+// g of subtile s (nullptr: none); bsc0/bsc1[s] at the float scales of the
+// tokens in columns 2t, 2t+1 (nullptr: none).
+template <int NS>
+__device__ __forceinline__ void dec_stream(float (&acc)[NS][4], const u8* __restrict__ w, const u8* __restrict__ ws,
+                                           int nchunk, const u8* const (&bcode)[NS], const float* const (&bsc0)[NS],
+                                           const float* const (&bsc1)[NS], int nsub, int lane, int t) {
+    constexpr int U = DEC_UNROLL(NS);
+    for (int c0 = 0; c0 < nchunk; c0 += U) {
+        uint4 wa[U][2];
+        u32 wsc[U][2];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (c0 + u < nchunk) {
+                const uint4* tile = (const uint4*)(w + (u64)(c0 + u) * DEC_TILE_BYTES) + 2 * lane;
+                wa[u][0] = __ldg(tile);
+                wa[u][1] = __ldg(tile + 1);
+                const u32* sc = (const u32*)(ws + (u64)(c0 + u) * DEC_TILE_SCALES);
+                wsc[u][0] = __ldg(sc + (lane >> 2));
+                wsc[u][1] = __ldg(sc + 8 + (lane >> 2));
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (c0 + u >= nchunk) break;
+            int c = c0 + u;
+            const u32 a0[4] = {wa[u][0].x, wa[u][0].y, wa[u][0].z, wa[u][0].w};
+            const u32 a1[4] = {wa[u][1].x, wa[u][1].y, wa[u][1].z, wa[u][1].w};
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                u32 a[4] = {widen4(a0[q] & 0xFFFFu), widen4(a1[q] & 0xFFFFu), widen4(a0[q] >> 16), widen4(a1[q] >> 16)};
+                u32 s0 = (wsc[u][0] >> (8 * q)) & 0xFFu, s1 = (wsc[u][1] >> (8 * q)) & 0xFFu;
+                u32 sa_lane = (t & 1) ? s1 : s0;
+                float rs0 = e8m0_to_float(s0), rs1 = e8m0_to_float(s1);
+                int kb = c * 4 + q;
+#pragma unroll
+                for (int s = 0; s < NS; s++) {
+                    if (s >= nsub) break;
+                    u64 bv = bcode[s] ? __ldg((const unsigned long long*)(bcode[s] + kb * 32 + 8 * t)) : 0ull;
+                    u32 b[2] = {(u32)bv, (u32)(bv >> 32)};
+                    float cs0 = bsc0[s] ? __ldg(bsc0[s] + kb) : 0.0f;
+                    float cs1 = bsc1[s] ? __ldg(bsc1[s] + kb) : 0.0f;
+                    mx_mma(acc[s], a, b, rs0, rs1, cs0, cs1, sa_lane, 0u);
+                }
+            }
+        }
+    }
+}
+
+// GEMM1 of the decode path: CTA (f, j) computes features [32f, 32f + 32)
+// (warp w: 8 of them, up rows and gate rows as in the grouped GEMM1) of the
+// j-th touched expert for all its tokens, then the activation and the
+// requantization of that one 32-feature block, in passes of 8 NS tokens.
+// NS token subtiles of 8 (a pass covers 8 NS tokens of the expert).
+template <int NS>
+__device__ __forceinline__ void decode_gemm1(const DecodeGemm1Args& a) {
+    constexpr int TOK = 8 * NS;
+    __shared__ u32 s_amax[4][TOK];
+    __shared__ int s_tok[TOK];
+    int ntouched = a.touched[a.e_local];
+    if ((int)blockIdx.y >= ntouched) return;
+    int e = a.touched[blockIdx.y];
+    int row0 = a.offset[e], count = a.offset[e + 1] - row0;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int fg = blockIdx.x * 4 + warp; // feature group of 8
+    int fw = fg * 8;
+    int nchunk = a.k_pad / KC;
+    u64 tile0 = ((u64)e * (a.n / 8) + fg) * nchunk;
+    const u8* w = a.w + tile0 * DEC_TILE_BYTES;
+    const u8* ws = a.ws + tile0 * DEC_TILE_SCALES;
+    const float* p = a.params + (a.n_params == 1 ? 0 : e) * KMOE_PARAM_STRIDE;
+    for (int base = 0; base < count; base += TOK) {
+        int cnt = imin(TOK, count - base);
+        __syncthreads(); // s_tok and s_amax of the previous pass are done with
+        if (threadIdx.x < TOK) s_tok[threadIdx.x] = threadIdx.x < cnt ? a.perm[row0 + base + threadIdx.x] / a.top_k : -1;
+        __syncthreads();
+        int nsub = (cnt + 7) / 8;
+        const u8* bcode[NS];
+        const float* bsc0[NS];
+        const float* bsc1[NS];
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            int tg = s_tok[s * 8 + g], t0 = s_tok[s * 8 + 2 * t], t1 = s_tok[s * 8 + 2 * t + 1];
+            bcode[s] = tg >= 0 ? a.xq + (u64)tg * a.k_pad : nullptr;
+            bsc0[s] = t0 >= 0 ? a.xsf + (u64)t0 * (a.k_pad / 32) : nullptr;
+            bsc1[s] = t1 >= 0 ? a.xsf + (u64)t1 * (a.k_pad / 32) : nullptr;
+        }
+        float acc[NS][4];
+        for (int s = 0; s < NS; s++) for (int i = 0; i < 4; i++) acc[s][i] = 0.0f;
+        dec_stream<NS>(acc, w, ws, nchunk, bcode, bsc0, bsc1, nsub, lane, t);
+        act_requant_store<NS>(acc, nsub, cnt, s_amax, warp, 0, p, a.kind, a.chain, a.recipe, g, t, a.aq, a.aqs, a.aqsf,
+                             row0 + base, a.n_pad, fw);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(KMOE_DECODE_THREADS) kmoe_decode_gemm1_n1(const DecodeGemm1Args a) { decode_gemm1<1>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_DECODE_THREADS) kmoe_decode_gemm1_n2(const DecodeGemm1Args a) { decode_gemm1<2>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_DECODE_THREADS) kmoe_decode_gemm1_n4(const DecodeGemm1Args a) { decode_gemm1<4>(a); }
+
+// GEMM2 of the decode path: CTA (r, j), warp w computes output rows
+// [16(4r + w), +16) of the j-th touched expert for all its tokens: y[row, f]
+// in float32, summed over slots by kmoe_finalize.
+template <int NS>
+__device__ __forceinline__ void decode_gemm2(const DecodeGemm2Args& a) {
+    constexpr int TOK = 8 * NS;
+    int ntouched = a.touched[a.e_local];
+    if ((int)blockIdx.y >= ntouched) return;
+    int e = a.touched[blockIdx.y];
+    int row0 = a.offset[e], count = a.offset[e + 1] - row0;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    int rb = blockIdx.x * 4 + warp; // 16-row block of the output
+    if (rb * 16 >= a.k) return;
+    int nchunk = a.n_pad / KC;
+    u64 tile0 = ((u64)e * (a.k / 16) + rb) * nchunk;
+    const u8* w = a.w + tile0 * DEC_TILE_BYTES;
+    const u8* ws = a.ws + tile0 * DEC_TILE_SCALES;
+    int f = rb * 16;
+    for (int base = 0; base < count; base += TOK) {
+        int cnt = imin(TOK, count - base);
+        int nsub = (cnt + 7) / 8;
+        const u8* bcode[NS];
+        const float* bsc0[NS];
+        const float* bsc1[NS];
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            int cg = s * 8 + g, c0 = s * 8 + 2 * t, c1 = c0 + 1;
+            bcode[s] = cg < cnt ? a.aq + (u64)(row0 + base + cg) * a.n_pad : nullptr;
+            bsc0[s] = c0 < cnt ? a.aqsf + (u64)(row0 + base + c0) * (a.n_pad / 32) : nullptr;
+            bsc1[s] = c1 < cnt ? a.aqsf + (u64)(row0 + base + c1) * (a.n_pad / 32) : nullptr;
+        }
+        float acc[NS][4];
+        for (int s = 0; s < NS; s++) for (int i = 0; i < 4; i++) acc[s][i] = 0.0f;
+        dec_stream<NS>(acc, w, ws, nchunk, bcode, bsc0, bsc1, nsub, lane, t);
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            if (s >= nsub) break;
+            int c0 = s * 8 + 2 * t, c1 = c0 + 1;
+            if (c0 < cnt) {
+                a.y[(u64)(row0 + base + c0) * a.k + f + g] = acc[s][0];
+                a.y[(u64)(row0 + base + c0) * a.k + f + g + 8] = acc[s][2];
+            }
+            if (c1 < cnt) {
+                a.y[(u64)(row0 + base + c1) * a.k + f + g] = acc[s][1];
+                a.y[(u64)(row0 + base + c1) * a.k + f + g + 8] = acc[s][3];
+            }
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(KMOE_DECODE_THREADS) kmoe_decode_gemm2_n1(const DecodeGemm2Args a) { decode_gemm2<1>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_DECODE_THREADS) kmoe_decode_gemm2_n2(const DecodeGemm2Args a) { decode_gemm2<2>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_DECODE_THREADS) kmoe_decode_gemm2_n4(const DecodeGemm2Args a) { decode_gemm2<4>(a); }
 
 // ------------------------------------------------------------ finalize --
 
