@@ -223,6 +223,7 @@ type decodeGemm1Args struct {
 	NParams int32
 	Chain   int32
 	Recipe  int32
+	ZeroRow int32 // row of xq/xsf that is all zeros (M)
 }
 
 type decodeGemm2Args struct {
@@ -236,6 +237,7 @@ type decodeGemm2Args struct {
 	K       int32
 	NPad    int32
 	ELocal  int32
+	ZeroRow int32 // row of aq/aqsf that is all zeros (M x top-k)
 }
 
 // The decode kernels' CTAs: 4 warps (one 32-feature MXFP8 block in GEMM1,

@@ -498,8 +498,9 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 		{&ws.x, 4 * m * w.K}, {&ws.xq, m * w.K}, {&ws.xs, m * w.K / 32},
 		{&ws.ids, 4 * entries}, {&ws.wts, 4 * entries}, {&ws.pos, 4 * entries}, {&ws.perm, 4 * entries},
 		{&ws.counts, 4 * w.E}, {&ws.offset, 4 * (w.E + 1)}, {&ws.tileBase, 4 * (w.E + 1)},
-		{&ws.aq, entries * np}, {&ws.aqs, entries * np / 32}, {&ws.y, 4 * entries * w.K}, {&ws.out, 4 * m * w.K},
-		{&ws.xqd, m * kp}, {&ws.xsf, 4 * m * kp / 32}, {&ws.touched, 4 * (w.E + 1)}, {&ws.aqsf, 4 * entries * np / 32},
+		{&ws.aq, (entries + 1) * np}, {&ws.aqs, entries * np / 32}, {&ws.y, 4 * entries * w.K}, {&ws.out, 4 * m * w.K},
+		// The decode path's buffers, each with one more row, all zeros.
+		{&ws.xqd, (m + 1) * kp}, {&ws.xsf, 4 * (m + 1) * kp / 32}, {&ws.touched, 4 * (w.E + 1)}, {&ws.aqsf, 4 * (entries + 1) * np / 32},
 	} {
 		p, err := cuMemAlloc(a.n)
 		if err != nil {
@@ -509,11 +510,21 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 		ws.bufs = append(ws.bufs, p)
 	}
 	// The decode path's padding columns of the intermediate stay zero codes
-	// with scale 1.0: GEMM1 writes only the real features.
+	// with scale 1.0 (GEMM1 writes only the real features); its zero rows
+	// (x: row m, intermediate: row entries) are zero codes with scale 0.
 	s := l.b.stream
-	err := cuMemsetD32(ws.aq, 0, max(1, entries*np/4), s)
+	err := cuMemsetD32(ws.aq, 0, (entries+1)*np/4, s)
 	if err == nil {
-		err = cuMemsetD32(ws.aqsf, 0x3f800000, max(1, entries*np/32), s)
+		err = cuMemsetD32(ws.aqsf, 0x3f800000, entries*np/32, s)
+	}
+	if err == nil {
+		err = cuMemsetD32(ws.aqsf+uint64(4*entries*np/32), 0, np/32, s)
+	}
+	if err == nil {
+		err = cuMemsetD32(ws.xqd+uint64(m*kp), 0, kp/4, s)
+	}
+	if err == nil {
+		err = cuMemsetD32(ws.xsf+uint64(4*m*kp/32), 0, kp/32, s)
 	}
 	if err != nil {
 		return nil, errors.Join(err, ws.free())
@@ -625,12 +636,12 @@ func (l *Layer) decodeSteps(ws *workspace) []step {
 				&decodeGemm1Args{XQ: ws.xqd, XSF: ws.xsf, W: l.d31, WS: l.d31s, Perm: ws.perm, Offset: ws.offset, Touched: ws.touched,
 					Params: l.params, AQ: ws.aq, AQS: ws.aqs, AQSF: ws.aqsf, KPad: i32(kp), N: i32(w.N), NPad: i32(np),
 					TopK: i32(topk), ELocal: i32(w.E), Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)),
-					Chain: chainCode(l.spec.Chain), Recipe: recipeCode(l.spec.Recipe)})
+					Chain: chainCode(l.spec.Chain), Recipe: recipeCode(l.spec.Recipe), ZeroRow: i32(m)})
 		}},
 		{"gemm2", func() error {
 			return k.decGemm2[ns].launchWith([3]int{(w.K/16 + 3) / 4, maxExperts, 1}, abiDecodeThreads, 0, s,
 				&decodeGemm2Args{AQ: ws.aq, AQSF: ws.aqsf, W: l.d2, WS: l.d2s, Offset: ws.offset, Touched: ws.touched, Y: ws.y,
-					K: i32(w.K), NPad: i32(np), ELocal: i32(w.E)})
+					K: i32(w.K), NPad: i32(np), ELocal: i32(w.E), ZeroRow: i32(entries)})
 		}},
 		{"finalize", func() error {
 			return k.finalize.launch([3]int{m, (w.K + abiFinalizeCols - 1) / abiFinalizeCols, 1}, s,

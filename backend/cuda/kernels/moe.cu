@@ -139,6 +139,15 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_test_widen4(cons
     if (v < 65536u) a.out[v] = widen4(v);
 }
 
+// The token operand (x codes, and the intermediate between the GEMMs) is
+// stored permuted within each 128-element chunk so that lane t of a quad finds its
+// B bytes for the chunk's 4 blocks contiguous: in-chunk element q*32 + 8t +
+// j (block q, the MMA's permuted k) is stored at t*32 + q*8 + j. Its float
+// scales are [row][k/32], 4 per chunk contiguous. Rows past the last token
+// point at a zero row (codes 0, scales 0), so no lane needs a branch.
+__device__ __forceinline__ int dec_bpos(int i) { return (i & ~127) + ((i >> 3) & 3) * 32 + ((i >> 5) & 3) * 8 + (i & 7); }
+
+
 // ------------------------------------------------------ the block MMA --
 
 // One 32-deep block of D[16x8] += (A * 2^sa_row) (B * 2^sb_col), A = 16
@@ -501,14 +510,15 @@ __device__ __forceinline__ void gemm_k_loop(float (&acc)[TT / 8][4], GemmSmem<TT
 // bw0 .. bw0+3 of the CTA, 8 features each) share through s_amax. acc[s]
 // holds, for token subtile s, up(fw+g; tokens 8s+2t, 8s+2t+1) in [0], [1]
 // and the gate of the same in [2], [3]. Token tok's codes go to row
-// row0 + tok of aq (ldn features a row; scales ldn/32 a row, and as
-// floats in aqsf unless it is null). Called by
+// row0 + tok of aq (ldn features a row, in the decode path's permuted
+// order if permuted; scales ldn/32 a row, and as floats in aqsf unless it
+// is null). Called by
 // every thread of the CTA (it synchronizes).
 template <int NS>
 __device__ __forceinline__ void act_requant_store(const float (&acc)[NS][4], int nsub, int count, u32 (*s_amax)[NS * 8],
                                                   int warp, int bw0, const float* p, int kind, int chain, int recipe,
                                                   int g, int t, u8* aq, u8* aqs, float* aqsf, int row0, int ldn,
-                                                  int fw) {
+                                                  int fw, bool permuted) {
     bool chain_fi = chain == KMOE_CHAIN_FLASHINFER;
     int rcp = chain_fi ? KMOE_RECIPE_RCEIL : recipe;
     float v[NS][2];
@@ -554,7 +564,7 @@ __device__ __forceinline__ void act_requant_store(const float (&acc)[NS][4], int
                 code = sa > 0x7F800000u ? 0x7Eu : (e4m3_abs(sa) | ((su >> 24) & 0x80u));
             }
             u64 row = (u64)(row0 + tok);
-            aq[row * ldn + fw + g] = (u8)code;
+            aq[row * ldn + (permuted ? dec_bpos(fw + g) : fw + g)] = (u8)code;
             if (warp == bw0 && g == 0) {
                 aqs[row * (ldn / 32) + (fw >> 5)] = (u8)sc;
                 if (aqsf) aqsf[row * (ldn / 32) + (fw >> 5)] = e8m0_to_float(sc);
@@ -570,7 +580,7 @@ __device__ __forceinline__ void act_requant_store(const float (&acc)[NS][4], int
 // MXFP8 blocks of the CTA's KMOE_GEMM1_FEATURES features. grid.x = N /
 // KMOE_GEMM1_FEATURES.
 template <int TT>
-__device__ __forceinline__ void gemm1_act(const Gemm1Args& a) {
+__device__ __forceinline__ void gemm1_act(const Gemm1Args a) {
     __shared__ GemmSmem<TT> sm;
     __shared__ u32 s_amax[8][TT];
     const int K = a.k, N = a.n, topk = a.top_k;
@@ -592,14 +602,14 @@ __device__ __forceinline__ void gemm1_act(const Gemm1Args& a) {
 
     const float* p = a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE;
     act_requant_store<TT / 8>(acc, nsub, tl.count, s_amax, warp, (warp >> 2) * 4, p, a.kind, a.chain, a.recipe, g, t,
-                              a.aq, a.aqs, nullptr, tl.row0, N, fw);
+                              a.aq, a.aqs, nullptr, tl.row0, N, fw, false);
 }
 
 // GEMM2: y[row, f] = sum_n W2[e][f][n] * aq[row][n] in float32. Warp w owns
 // output features f0 + 16w .. +15 (rows g and g+8). grid.x = K /
 // KMOE_GEMM2_ROWS.
 template <int TT>
-__device__ __forceinline__ void gemm2(const Gemm2Args& a) {
+__device__ __forceinline__ void gemm2(const Gemm2Args a) {
     __shared__ GemmSmem<TT> sm;
     const int K = a.k, N = a.n;
     const u8* __restrict__ w2 = a.w2;
@@ -714,7 +724,7 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_decode_prologue(
     int nwarps = (gridDim.x - 1) * (blockDim.x >> 5);
     for (int b = (blockIdx.x - 1) * (blockDim.x >> 5) + warp; b < nblocks; b += nwarps) {
         int tok = b / kb_pad, kb = b % kb_pad;
-        u64 dst = (u64)tok * a.k_pad + (u64)kb * BLOCK + lane;
+        u64 dst = (u64)tok * a.k_pad + dec_bpos(kb * BLOCK + lane);
         if (kb >= kb_real) {
             a.xq[dst] = 0;
             if (lane == 0) a.xsf[b] = 1.0f;
@@ -733,54 +743,89 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_decode_prologue(
     }
 }
 
+// A group of U k-chunks of a warp's weight tile in registers.
+template <int U>
+struct DecChunks {
+    uint4 wa[U][2];
+    u32 wsc[U][2];
+};
+
+template <int U>
+__device__ __forceinline__ void dec_load(DecChunks<U>& d, const u8* __restrict__ w, const u8* __restrict__ ws, int c0,
+                                         int nchunk, int lane) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        if (c0 + u < nchunk) {
+            const uint4* tile = (const uint4*)(w + (u64)(c0 + u) * DEC_TILE_BYTES) + 2 * lane;
+            d.wa[u][0] = __ldg(tile);
+            d.wa[u][1] = __ldg(tile + 1);
+            const u32* sc = (const u32*)(ws + (u64)(c0 + u) * DEC_TILE_SCALES);
+            d.wsc[u][0] = __ldg(sc + (lane >> 2));
+            d.wsc[u][1] = __ldg(sc + 8 + (lane >> 2));
+        }
+    }
+}
+
+template <int NS, int U>
+__device__ __forceinline__ void dec_compute(float (&acc)[NS][4], const DecChunks<U>& d, int c0, int nchunk,
+                                            const u8* const (&bcode)[NS], const float* const (&bsc0)[NS],
+                                            const float* const (&bsc1)[NS], int nsub, int t) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        if (c0 + u >= nchunk) break;
+        int c = c0 + u;
+        // The chunk's token operand: 32 contiguous code bytes (blocks 0..3)
+        // and 4 scales per column, per subtile.
+        uint4 bq[NS][2];
+        float4 cs0[NS], cs1[NS];
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            if (s >= nsub) break;
+            const uint4* bp = (const uint4*)(bcode[s] + c * KC + t * 32);
+            bq[s][0] = __ldg(bp);
+            bq[s][1] = __ldg(bp + 1);
+            cs0[s] = __ldg((const float4*)(bsc0[s] + c * 4));
+            cs1[s] = __ldg((const float4*)(bsc1[s] + c * 4));
+        }
+        const u32 a0[4] = {d.wa[u][0].x, d.wa[u][0].y, d.wa[u][0].z, d.wa[u][0].w};
+        const u32 a1[4] = {d.wa[u][1].x, d.wa[u][1].y, d.wa[u][1].z, d.wa[u][1].w};
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            u32 a[4] = {widen4(a0[q] & 0xFFFFu), widen4(a1[q] & 0xFFFFu), widen4(a0[q] >> 16), widen4(a1[q] >> 16)};
+            u32 s0 = (d.wsc[u][0] >> (8 * q)) & 0xFFu, s1 = (d.wsc[u][1] >> (8 * q)) & 0xFFu;
+            u32 sa_lane = (t & 1) ? s1 : s0;
+            float rs0 = e8m0_to_float(s0), rs1 = e8m0_to_float(s1);
+#pragma unroll
+            for (int s = 0; s < NS; s++) {
+                if (s >= nsub) break;
+                u32 b[2];
+                const uint4& h = bq[s][q >> 1];
+                b[0] = (q & 1) ? h.z : h.x;
+                b[1] = (q & 1) ? h.w : h.y;
+                float c0s = q == 0 ? cs0[s].x : q == 1 ? cs0[s].y : q == 2 ? cs0[s].z : cs0[s].w;
+                float c1s = q == 0 ? cs1[s].x : q == 1 ? cs1[s].y : q == 2 ? cs1[s].z : cs1[s].w;
+                mx_mma(acc[s], a, b, rs0, rs1, c0s, c1s, sa_lane, 0u);
+            }
+        }
+    }
+}
+
 // One warp's streamed MMA over a row tile: acc[s] += rows(g, g+8) x tokens
 // of subtile s, over nchunk k-chunks of pre-arranged tiles at w (payload)
-// and ws (scales). bcode[s] points at the k = 0 code of the token in column
-// g of subtile s (nullptr: none); bsc0/bsc1[s] at the float scales of the
-// tokens in columns 2t, 2t+1 (nullptr: none).
+// and ws (scales). bcode[s] is the permuted code row of the token in column
+// g of subtile s, bsc0/bsc1[s] the float scale rows of the tokens in
+// columns 2t, 2t+1 (zero rows for missing tokens). The loads of U chunks
+// are issued together, then computed. (Software pipelining, the next group
+// in flight while this one computes, measured no faster: docs/PERF.md.)
 template <int NS>
 __device__ __forceinline__ void dec_stream(float (&acc)[NS][4], const u8* __restrict__ w, const u8* __restrict__ ws,
                                            int nchunk, const u8* const (&bcode)[NS], const float* const (&bsc0)[NS],
                                            const float* const (&bsc1)[NS], int nsub, int lane, int t) {
     constexpr int U = DEC_UNROLL(NS);
     for (int c0 = 0; c0 < nchunk; c0 += U) {
-        uint4 wa[U][2];
-        u32 wsc[U][2];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (c0 + u < nchunk) {
-                const uint4* tile = (const uint4*)(w + (u64)(c0 + u) * DEC_TILE_BYTES) + 2 * lane;
-                wa[u][0] = __ldg(tile);
-                wa[u][1] = __ldg(tile + 1);
-                const u32* sc = (const u32*)(ws + (u64)(c0 + u) * DEC_TILE_SCALES);
-                wsc[u][0] = __ldg(sc + (lane >> 2));
-                wsc[u][1] = __ldg(sc + 8 + (lane >> 2));
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (c0 + u >= nchunk) break;
-            int c = c0 + u;
-            const u32 a0[4] = {wa[u][0].x, wa[u][0].y, wa[u][0].z, wa[u][0].w};
-            const u32 a1[4] = {wa[u][1].x, wa[u][1].y, wa[u][1].z, wa[u][1].w};
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                u32 a[4] = {widen4(a0[q] & 0xFFFFu), widen4(a1[q] & 0xFFFFu), widen4(a0[q] >> 16), widen4(a1[q] >> 16)};
-                u32 s0 = (wsc[u][0] >> (8 * q)) & 0xFFu, s1 = (wsc[u][1] >> (8 * q)) & 0xFFu;
-                u32 sa_lane = (t & 1) ? s1 : s0;
-                float rs0 = e8m0_to_float(s0), rs1 = e8m0_to_float(s1);
-                int kb = c * 4 + q;
-#pragma unroll
-                for (int s = 0; s < NS; s++) {
-                    if (s >= nsub) break;
-                    u64 bv = bcode[s] ? __ldg((const unsigned long long*)(bcode[s] + kb * 32 + 8 * t)) : 0ull;
-                    u32 b[2] = {(u32)bv, (u32)(bv >> 32)};
-                    float cs0 = bsc0[s] ? __ldg(bsc0[s] + kb) : 0.0f;
-                    float cs1 = bsc1[s] ? __ldg(bsc1[s] + kb) : 0.0f;
-                    mx_mma(acc[s], a, b, rs0, rs1, cs0, cs1, sa_lane, 0u);
-                }
-            }
-        }
+        DecChunks<U> d;
+        dec_load<U>(d, w, ws, c0, nchunk, lane);
+        dec_compute<NS, U>(acc, d, c0, nchunk, bcode, bsc0, bsc1, nsub, t);
     }
 }
 
@@ -790,7 +835,7 @@ __device__ __forceinline__ void dec_stream(float (&acc)[NS][4], const u8* __rest
 // requantization of that one 32-feature block, in passes of 8 NS tokens.
 // NS token subtiles of 8 (a pass covers 8 NS tokens of the expert).
 template <int NS>
-__device__ __forceinline__ void decode_gemm1(const DecodeGemm1Args& a) {
+__device__ __forceinline__ void decode_gemm1(const DecodeGemm1Args a) {
     constexpr int TOK = 8 * NS;
     __shared__ u32 s_amax[4][TOK];
     __shared__ int s_tok[TOK];
@@ -818,15 +863,15 @@ __device__ __forceinline__ void decode_gemm1(const DecodeGemm1Args& a) {
 #pragma unroll
         for (int s = 0; s < NS; s++) {
             int tg = s_tok[s * 8 + g], t0 = s_tok[s * 8 + 2 * t], t1 = s_tok[s * 8 + 2 * t + 1];
-            bcode[s] = tg >= 0 ? a.xq + (u64)tg * a.k_pad : nullptr;
-            bsc0[s] = t0 >= 0 ? a.xsf + (u64)t0 * (a.k_pad / 32) : nullptr;
-            bsc1[s] = t1 >= 0 ? a.xsf + (u64)t1 * (a.k_pad / 32) : nullptr;
+            bcode[s] = a.xq + (u64)(tg >= 0 ? tg : a.zero_row) * a.k_pad;
+            bsc0[s] = a.xsf + (u64)(t0 >= 0 ? t0 : a.zero_row) * (a.k_pad / 32);
+            bsc1[s] = a.xsf + (u64)(t1 >= 0 ? t1 : a.zero_row) * (a.k_pad / 32);
         }
         float acc[NS][4];
         for (int s = 0; s < NS; s++) for (int i = 0; i < 4; i++) acc[s][i] = 0.0f;
         dec_stream<NS>(acc, w, ws, nchunk, bcode, bsc0, bsc1, nsub, lane, t);
         act_requant_store<NS>(acc, nsub, cnt, s_amax, warp, 0, p, a.kind, a.chain, a.recipe, g, t, a.aq, a.aqs, a.aqsf,
-                             row0 + base, a.n_pad, fw);
+                             row0 + base, a.n_pad, fw, true);
     }
 }
 
@@ -838,7 +883,7 @@ extern "C" __global__ void __launch_bounds__(KMOE_DECODE_THREADS) kmoe_decode_ge
 // [16(4r + w), +16) of the j-th touched expert for all its tokens: y[row, f]
 // in float32, summed over slots by kmoe_finalize.
 template <int NS>
-__device__ __forceinline__ void decode_gemm2(const DecodeGemm2Args& a) {
+__device__ __forceinline__ void decode_gemm2(const DecodeGemm2Args a) {
     constexpr int TOK = 8 * NS;
     int ntouched = a.touched[a.e_local];
     if ((int)blockIdx.y >= ntouched) return;
@@ -861,9 +906,9 @@ __device__ __forceinline__ void decode_gemm2(const DecodeGemm2Args& a) {
 #pragma unroll
         for (int s = 0; s < NS; s++) {
             int cg = s * 8 + g, c0 = s * 8 + 2 * t, c1 = c0 + 1;
-            bcode[s] = cg < cnt ? a.aq + (u64)(row0 + base + cg) * a.n_pad : nullptr;
-            bsc0[s] = c0 < cnt ? a.aqsf + (u64)(row0 + base + c0) * (a.n_pad / 32) : nullptr;
-            bsc1[s] = c1 < cnt ? a.aqsf + (u64)(row0 + base + c1) * (a.n_pad / 32) : nullptr;
+            bcode[s] = a.aq + (u64)(cg < cnt ? row0 + base + cg : a.zero_row) * a.n_pad;
+            bsc0[s] = a.aqsf + (u64)(c0 < cnt ? row0 + base + c0 : a.zero_row) * (a.n_pad / 32);
+            bsc1[s] = a.aqsf + (u64)(c1 < cnt ? row0 + base + c1 : a.zero_row) * (a.n_pad / 32);
         }
         float acc[NS][4];
         for (int s = 0; s < NS; s++) for (int i = 0; i < 4; i++) acc[s][i] = 0.0f;
