@@ -3,7 +3,10 @@ package moe
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
+
+	"kimimoe/mxfp"
 )
 
 func sig(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
@@ -142,5 +145,27 @@ func TestExpertParallel(t *testing.T) {
 	}
 	if (EP{Size: 2, Rank: 2}).Validate() == nil {
 		t.Error("rank 2 of 2 accepted")
+	}
+}
+
+// Input errors say what is wrong in the user's terms: a negative M is
+// reported as such (it used to surface as "dst has 2048 values, want
+// [-1, 256]"), short x_q scales as the scales (it said "x_q is [8, 256],
+// want [8, 256]"), and a nil input as nil.
+func TestInputErrorMessages(t *testing.T) {
+	xq := mxfp.NewMXFP8Matrix(8, 256)
+	for _, c := range []struct {
+		in   *Input
+		want string
+	}{
+		{&Input{M: -1, TopK: 1}, "M = -1 is negative"},
+		{&Input{M: 8, TopK: 1, XQ: &mxfp.MXFP8Matrix{Rows: 8, Cols: 256, Codes: xq.Codes, Scales: xq.Scales[:10]}}, "x_scale holds 10 bytes"},
+		{nil, "input is nil"},
+		{&Input{M: 1, TopK: 5, X: make([]float32, 256), TopKIDs: make([]int32, 5), TopKWeights: make([]float32, 5)}, "top-k = 5"},
+	} {
+		err := c.in.Validate(256, 4)
+		if !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want ErrInput mentioning %q", c.in, err, c.want)
+		}
 	}
 }
