@@ -48,13 +48,19 @@
 // by the SHA-256 of source, architecture, options and NVRTC version; each
 // entry carries its own hash and a corrupt entry is rebuilt, not trusted.
 //
-// Pipeline, per forward, on one stream: MXFP8 quantization of x (unless
-// given quantized), expert-parallel filtering and a stable expert-sorted
-// permutation (-1 and other ranks' ids never index anything), grouped GEMM1
-// with the block-scaled MMA and the gated activation and MXFP8
-// requantization fused after it, grouped GEMM2, and a finalize that sums
-// each token's slots in slot order (no atomics: results are bitwise
-// deterministic).
+// Two paths, chosen per forward by the token count (Layer.PathFor). The
+// decode path (M <= 32, and every M when K or N is not a multiple of 128,
+// as GPT-OSS's 2880) streams the weights: they are re-laid at Prepare into
+// 16-row x 128-k tiles (K and N padded with zero weights, which is exact),
+// every SM reads them with 16-byte loads, the tokens ride on the MMA's
+// narrow side; one prologue launch quantizes x and routes, GEMM1 fuses the
+// activation and requantization, GEMM2 and the finalize follow. The grouped
+// path (M > 32) quantizes x, routes into a stable expert-sorted permutation,
+// runs grouped GEMM1 (activation and requantization fused) and GEMM2 over
+// token tiles of 64 or 128 staged in shared memory, and finalizes. Both sum
+// each token's slots in slot order with no atomics (results are bitwise
+// deterministic), never index anything with -1 or another rank's id, and
+// use the same block-scaled MMA.
 //
 // The block-scaled MMA is one device function with two bodies. On sm_89 and
 // sm_90 (the default): FP8 mma.sync m16n8k32 e4m3 x e4m3 with E2M1 widened
@@ -66,8 +72,8 @@
 //
 // Capabilities: the gated activations (SiTU, SwiGLU, GPT-OSS SwiGLU,
 // SwigluStep, GeGLU, GeGLU-tanh) with per-expert parameters, the mxfp8 and
-// flashinfer chains, both recipes, x as float32 or pre-quantized, CUDA
-// Graphs. Anything else fails at Prepare with backend.ErrUnsupported naming
+// flashinfer chains, both recipes, K and N any multiples of 32, x as
+// float32 or pre-quantized, CUDA Graphs. Anything else fails at Prepare with backend.ErrUnsupported naming
 // the "go" backend as the fallback.
 //
 // Precision against the oracle (same chain): the GEMMs accumulate block
