@@ -13,6 +13,7 @@ import (
 
 	"kimimoe/backend"
 	"kimimoe/backend/backendtest"
+	"kimimoe/internal/testref"
 	"kimimoe/validation"
 )
 
@@ -39,40 +40,23 @@ func TestGoBackendConformance(t *testing.T) {
 // once to float32, so each element must be within half a float32 ulp of the
 // reference plus the two float64 orders' difference (1e-12 of the RMS).
 func TestGoBackendAgainstNumpy(t *testing.T) {
-	paths, _ := filepath.Glob("../testdata/ref/oracle_*.safetensors")
-	if len(paths) < 4 {
-		t.Fatalf("found %d reference cases, want 4", len(paths))
-	}
 	b, _ := backend.Open(backend.GoName)
-	for _, p := range paths {
-		c, err := validation.ReadCase(p)
+	for _, nc := range testref.NumpyCases(t, "../testdata/ref") {
+		layer, err := b.Prepare(nc.Case.Weights, nc.Case.Spec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ref, err := c.Extra["out_ref_f64"].Float64s()
-		if err != nil {
-			t.Fatal(err)
-		}
-		layer, err := b.Prepare(c.Weights, c.Spec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := make([]float32, len(ref))
+		got := make([]float32, len(nc.Ref))
 		for i := range got {
 			got[i] = float32(math.NaN())
 		}
-		if err := layer.Forward(got, &c.Input, nil); err != nil {
+		if err := layer.Forward(got, &nc.Case.Input, nil); err != nil {
 			t.Fatal(err)
 		}
-		ss := 0.0
-		for _, v := range ref {
-			ss += v * v
-		}
-		rms := math.Sqrt(ss / float64(len(ref)))
-		for i, r := range ref {
-			tol := 0.5*ulp32(r) + 1e-12*rms
+		for i, r := range nc.Ref {
+			tol := 0.5*ulp32(r) + 1e-12*nc.RMS
 			if d := math.Abs(float64(got[i]) - r); !(d <= tol) {
-				t.Errorf("%s: element %d: go backend %v, numpy %v (|diff| %.3g > %.3g)", filepath.Base(p), i, got[i], r, d, tol)
+				t.Errorf("%s: element %d: go backend %v, numpy %v (|diff| %.3g > %.3g)", filepath.Base(nc.Path), i, got[i], r, d, tol)
 				break
 			}
 		}

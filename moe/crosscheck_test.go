@@ -1,7 +1,7 @@
 package moe_test
 
 import (
-	"kimimoe/validation"
+	"kimimoe/internal/testref"
 	"math"
 	"path/filepath"
 	"testing"
@@ -16,32 +16,16 @@ import (
 // output's RMS. An MXFP8 requantization landing on the other side of a
 // rounding boundary would show as a difference near 1e-2; none does.
 func TestOracleAgainstNumpy(t *testing.T) {
-	paths, _ := filepath.Glob("../testdata/ref/oracle_*.safetensors")
-	if len(paths) < 4 {
-		t.Fatalf("found %d oracle reference cases, want 4", len(paths))
-	}
-	for _, p := range paths {
-		c, err := validation.ReadCase(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ref, err := c.Extra["out_ref_f64"].Float64s()
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, nc := range testref.NumpyCases(t, "../testdata/ref") {
+		c, ref, rms := nc.Case, nc.Ref, nc.RMS
 		out := oracleOut(t, c)
-		ss := 0.0
-		for _, v := range ref {
-			ss += v * v
-		}
-		rms := math.Sqrt(ss / float64(len(ref)))
 		worst := 0.0
 		for i := range ref {
 			worst = max(worst, math.Abs(out[i]-ref[i]))
 		}
-		t.Logf("%s: %v %v %v ep=%+v: max |diff| %.3g, output RMS %.3g", filepath.Base(p), c.Spec.Activation, c.Spec.Chain, c.Spec.Recipe, c.Spec.EP, worst, rms)
+		t.Logf("%s: %v %v %v ep=%+v: max |diff| %.3g, output RMS %.3g", filepath.Base(nc.Path), c.Spec.Activation, c.Spec.Chain, c.Spec.Recipe, c.Spec.EP, worst, rms)
 		if rms == 0 || worst > 1e-12*rms {
-			t.Errorf("%s: oracle differs from numpy by %.3g (RMS %.3g)", p, worst, rms)
+			t.Errorf("%s: oracle differs from numpy by %.3g (RMS %.3g)", nc.Path, worst, rms)
 		}
 	}
 }
