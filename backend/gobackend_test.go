@@ -13,7 +13,7 @@ import (
 
 	"kimimoe/backend"
 	"kimimoe/backend/backendtest"
-	"kimimoe/internal/testref"
+	"kimimoe/internal/numpyref"
 	"kimimoe/validation"
 )
 
@@ -41,7 +41,7 @@ func TestGoBackendConformance(t *testing.T) {
 // reference plus the two float64 orders' difference (1e-12 of the RMS).
 func TestGoBackendAgainstNumpy(t *testing.T) {
 	b, _ := backend.Open(backend.GoName)
-	for _, nc := range testref.NumpyCases(t, "../testdata/ref") {
+	for _, nc := range numpyref.NumpyCases(t, "../testdata/ref") {
 		layer, err := b.Prepare(nc.Case.Weights, nc.Case.Spec)
 		if err != nil {
 			t.Fatal(err)

@@ -1,7 +1,7 @@
 package moe_test
 
 import (
-	"kimimoe/internal/testref"
+	"kimimoe/internal/numpyref"
 	"math"
 	"path/filepath"
 	"testing"
@@ -16,7 +16,7 @@ import (
 // output's RMS. An MXFP8 requantization landing on the other side of a
 // rounding boundary would show as a difference near 1e-2; none does.
 func TestOracleAgainstNumpy(t *testing.T) {
-	for _, nc := range testref.NumpyCases(t, "../testdata/ref") {
+	for _, nc := range numpyref.NumpyCases(t, "../testdata/ref") {
 		c, ref, rms := nc.Case, nc.Ref, nc.RMS
 		out := oracleOut(t, c)
 		worst := 0.0

@@ -1,4 +1,7 @@
-package testref
+// Package numpyref loads the oracle reference cases under testdata/ref for
+// tests (it imports validation, so it lives apart from testref, which the
+// packages below validation use).
+package numpyref
 
 import (
 	"math"
