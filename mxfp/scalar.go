@@ -1,6 +1,10 @@
 package mxfp
 
-import "math"
+import (
+	"math"
+
+	"kimimoe/internal/round"
+)
 
 // Largest finite values of the element formats.
 const (
@@ -196,17 +200,10 @@ func E8M0Exponent(b uint8) int { return int(b) - 127 }
 // the largest finite bf16 become ±Inf. NaN becomes the canonical quiet NaN
 // 0x7FC0 with the input's sign (as ml_dtypes does; torch's CPU cast gave
 // 0xFFFF for every NaN in our vectors, see testdata/ref/README.md).
-func BF16FromFloat32(x float32) uint16 {
-	u := math.Float32bits(x)
-	if u&0x7FFFFFFF > 0x7F800000 {
-		return uint16(u>>16)&0x8000 | 0x7FC0
-	}
-	u += 0x7FFF + (u>>16)&1
-	return uint16(u >> 16)
-}
+func BF16FromFloat32(x float32) uint16 { return round.BF16FromFloat32(x) }
 
 // Float32FromBF16 widens bfloat16 bits to float32 (exact).
-func Float32FromBF16(b uint16) float32 { return math.Float32frombits(uint32(b) << 16) }
+func Float32FromBF16(b uint16) float32 { return round.Float32FromBF16(b) }
 
 // RoundBF16 rounds x to the nearest bfloat16 value and returns it as float32.
 func RoundBF16(x float32) float32 { return Float32FromBF16(BF16FromFloat32(x)) }
@@ -215,14 +212,13 @@ func RoundBF16(x float32) float32 { return Float32FromBF16(BF16FromFloat32(x)) }
 // rounding through float32). Overflow, NaN and signed zeros follow
 // BF16FromFloat32. It rounds x to float32 by round-to-odd first: with 16
 // spare bits that intermediate keeps every tie and sticky bit bf16 needs.
-func BF16FromFloat64(x float64) uint16 {
-	f := float32(x)
-	if float64(f) != x && x == x {
-		u := math.Float32bits(f)
-		if math.Abs(float64(f)) > math.Abs(x) {
-			u-- // f was rounded away from zero: truncate instead
-		}
-		f = math.Float32frombits(u | 1) // sticky: mark inexact
-	}
-	return BF16FromFloat32(f)
-}
+func BF16FromFloat64(x float64) uint16 { return BF16FromFloat32(Float32RoundToOdd(x)) }
+
+// Float32RoundToOdd rounds x to float32 toward zero and, if that was
+// inexact, sets the last significand bit ("round to odd"). Rounding the
+// result to any format with at least 2 fewer significand bits (bf16, f16)
+// gives the same value as rounding x directly: the odd bit keeps the
+// sticky information a second rounding needs. NaN stays NaN. Note that the
+// result can exceed float32's range only where x does (then it is ±Inf,
+// which every narrower format also overflows to).
+func Float32RoundToOdd(x float64) float32 { return round.Float32RoundToOdd(x) }

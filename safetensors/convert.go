@@ -4,6 +4,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/x448/float16"
+
+	"kimimoe/internal/round"
 )
 
 // Typed views. Each checks the dtype and returns a fresh slice decoded from
@@ -118,4 +122,62 @@ func FromInt32(name string, shape []int, v []int32) *Tensor {
 // FromUint8 builds a U8 tensor over v (not copied).
 func FromUint8(name string, shape []int, v []uint8) *Tensor {
 	return &Tensor{Name: name, DType: U8, Shape: shape, Data: v}
+}
+
+// AsFloat32 decodes an F32, BF16 or F16 tensor to float32 (widening BF16
+// and F16 exactly; F16 through github.com/x448/float16).
+func (t *Tensor) AsFloat32() ([]float32, error) {
+	switch t.DType {
+	case F32:
+		return t.Float32s()
+	case BF16, F16:
+		bits, _ := t.Uint16s()
+		out := make([]float32, len(bits))
+		for i, b := range bits {
+			if t.DType == BF16 {
+				out[i] = round.Float32FromBF16(b)
+			} else {
+				out[i] = float16.Frombits(b).Float32()
+			}
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("%w: tensor %q has dtype %s, want F32, BF16 or F16", ErrFormat, t.Name, t.DType)
+}
+
+// FromFloat32As builds an F32, BF16 or F16 tensor from v, rounding to
+// nearest even for BF16 and F16 (F16: IEEE binary16 through
+// github.com/x448/float16, overflow to infinity; BF16: round.BF16FromFloat32).
+func FromFloat32As(name string, d DType, shape []int, v []float32) (*Tensor, error) {
+	switch d {
+	case F32:
+		return FromFloat32(name, shape, v), nil
+	case BF16, F16:
+		bits := make([]uint16, len(v))
+		for i, x := range v {
+			if d == BF16 {
+				bits[i] = round.BF16FromFloat32(x)
+			} else {
+				bits[i] = float16.Fromfloat32(x).Bits()
+			}
+		}
+		return FromUint16(name, d, shape, bits), nil
+	}
+	return nil, fmt.Errorf("safetensors: tensor %q: cannot write dtype %s (want F32, BF16 or F16)", name, d)
+}
+
+// RoundFloat64 rounds x once, to nearest even, to the precision of d (F32,
+// BF16 or F16; F64 returns x) and returns the rounded value. The BF16 and
+// F16 roundings go through float32 by round-to-odd
+// (round.Float32RoundToOdd), which is exact for a single rounding.
+func RoundFloat64(x float64, d DType) float64 {
+	switch d {
+	case F32:
+		return float64(float32(x))
+	case BF16:
+		return float64(round.Float32FromBF16(round.BF16FromFloat32(round.Float32RoundToOdd(x))))
+	case F16:
+		return float64(float16.Fromfloat32(round.Float32RoundToOdd(x)).Float32())
+	}
+	return x
 }

@@ -19,7 +19,7 @@ var ErrCaseFile = errors.New("moe: bad case file")
 // Case is one MoE layer invocation: weights, spec and input, as stored in a
 // case file (docs/CONTRACT.md "Case files"):
 //
-//	x            [M, K]      F32 or BF16   (or x_q U8 [M, K] + x_scale U8 [M, K/32])
+//	x            [M, K]      F32, BF16 or F16 (or x_q U8 [M, K] + x_scale U8 [M, K/32])
 //	topk_ids     [M, topk]   I32 or I64    global ids, -1 masked
 //	topk_weights [M, topk]   F32
 //	w31          [E, R, K/2] U8            R = 2N ([up; gate]) gated, N otherwise
@@ -203,21 +203,13 @@ func caseFromFile(f *safetensors.File) (*Case, error) {
 	case x != nil && xq != nil:
 		return nil, bad("both \"x\" and \"x_q\" are present")
 	case x != nil:
-		if x, err = need(f, "x", 2, safetensors.F32, safetensors.BF16); err != nil {
+		if x, err = need(f, "x", 2, safetensors.F32, safetensors.BF16, safetensors.F16); err != nil {
 			return nil, err
 		}
 		if err := shapeIs(x, m, k); err != nil {
 			return nil, err
 		}
-		if x.DType == safetensors.F32 {
-			c.Input.X, _ = x.Float32s()
-		} else {
-			bits, _ := x.Uint16s()
-			c.Input.X = make([]float32, len(bits))
-			for i, b := range bits {
-				c.Input.X[i] = mxfp.Float32FromBF16(b)
-			}
-		}
+		c.Input.X, _ = x.AsFloat32() // exact widening
 	case xq != nil:
 		if xq, err = need(f, "x_q", 2, safetensors.U8); err != nil {
 			return nil, err
@@ -337,9 +329,4 @@ func (c *Case) Tensors() ([]*safetensors.Tensor, map[string]string) {
 func WriteCase(path string, c *Case, extra ...*safetensors.Tensor) error {
 	ts, md := c.Tensors()
 	return safetensors.WriteFile(path, append(ts, extra...), md)
-}
-
-// WriteOutput writes out [M, K] as the F32 tensor "out", atomically.
-func WriteOutput(path string, out []float32, m, k int, metadata map[string]string) error {
-	return safetensors.WriteFile(path, []*safetensors.Tensor{safetensors.FromFloat32("out", []int{m, k}, out)}, metadata)
 }

@@ -2,7 +2,7 @@
 // seeded cases (CaseSpec, GenerateWeights, GenerateCase), the validation
 // matrix and its suites (ValidationMatrix: smoke, real, large, all), row
 // sampling for large M (SampleRows), the metrics (Compare, AllClose) and
-// the safetensors case files (ReadCase, WriteCase, WriteOutput).
+// the safetensors case files (ReadCase, WriteCase).
 //
 // # Cases
 //
@@ -27,6 +27,5 @@
 // safetensors' strict reader and checks every tensor and metadata key
 // (docs/CONTRACT.md "Case files"); every problem is an error wrapping
 // ErrCaseFile (or safetensors.ErrFormat, safetensors.ErrNotRegular) that
-// names the file and the tensor or key. WriteCase and WriteOutput write
-// atomically.
+// names the file and the tensor or key. WriteCase writes atomically.
 package validation

@@ -2,7 +2,8 @@
 // MXFP4 MoE layer on a backend (the pure-Go oracle "go", or "cuda").
 //
 //	kimimoe validate --suite smoke|real|large|all --backend NAME --activation KIND [--require-situ] [--json FILE|-]
-//	kimimoe run --case IN.safetensors --out OUT.safetensors [--backend NAME]
+//	kimimoe run --case IN.safetensors --out OUT.safetensors [--backend NAME] [--out-dtype f32|bf16|f16]
+//	kimimoe check --case CASE.safetensors --candidate OUT.safetensors [--tensor out] [--chain C] [--json FILE|-]
 //	kimimoe plan --model kimi-k3 --tp 32 --ep 4 --dp 1 --tokens 8192 [--json]
 //	kimimoe bench --backend cuda [--m 1,128,512,2048,8192] [--rounds 20] [--json FILE|-]
 //	kimimoe chains [--m 1,128]
@@ -36,6 +37,7 @@ func init() {
 	commands = []command{
 		{"validate", "run the validation matrix on a backend against the oracle", runValidate},
 		{"run", "run one case file and write its output", runRun},
+		{"check", "compare a kernel's output with the oracle on a case file", runCheck},
 		{"plan", "expert mapping and prefill communication of a deployment", runPlan},
 		{"bench", "time a backend at the Kimi EP32 shape against the floor", runBench},
 		{"chains", "how far the mxfp8 and flashinfer chains are from the exact chain (oracle)", runChains},

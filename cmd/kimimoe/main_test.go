@@ -170,3 +170,73 @@ func TestPlanAndValidateJSONToStdout(t *testing.T) {
 		t.Errorf("unexpected JSON: %+v", doc.Results[:1])
 	}
 }
+
+// check: a candidate equal to the oracle's output passes (F32, and BF16 /
+// F16 candidates against the oracle rounded to their dtype); one off by 1%
+// fails with exit 1; a missing tensor or a wrong shape is exit 2.
+func TestCheckCommand(t *testing.T) {
+	golden := filepath.Join("..", "..", "testdata", "golden", "situ_mxfp8_rceil.safetensors")
+	f, err := safetensors.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := f.Get("out")
+	want, _ := out.Float32s()
+	dir := t.TempDir()
+	write := func(name string, d safetensors.DType, v []float32, shape []int) string {
+		p := filepath.Join(dir, name)
+		tt, err := safetensors.FromFloat32As("out", d, shape, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := safetensors.WriteFile(p, []*safetensors.Tensor{tt}, nil); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	off := make([]float32, len(want))
+	for i, v := range want {
+		off[i] = v * 1.01
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"f32 equal", []string{"--candidate", write("f32.st", safetensors.F32, want, out.Shape)}, 0, "PASS"},
+		{"bf16", []string{"--candidate", write("bf16.st", safetensors.BF16, want, out.Shape)}, 0, "rounded to BF16"},
+		{"f16", []string{"--candidate", write("f16.st", safetensors.F16, want, out.Shape)}, 0, "rounded to F16"},
+		{"off by 1%", []string{"--candidate", write("off.st", safetensors.F32, off, out.Shape)}, 1, "FAIL: [NRMSE"},
+		{"wrong tensor", []string{"--candidate", write("f32b.st", safetensors.F32, want, out.Shape), "--tensor", "y"}, 2, `has no tensor "y"`},
+		{"wrong shape", []string{"--candidate", write("shape.st", safetensors.F32, want, []int{out.Shape[1], out.Shape[0]})}, 2, "shape"},
+		{"missing candidate", []string{"--candidate", filepath.Join(dir, "nope")}, 2, "no such file"},
+	} {
+		var stdout, stderr strings.Builder
+		var code int
+		got, _ := capture(t, func() error {
+			code = dispatch(append([]string{"check", "--case", golden}, c.args...), &stdout, &stderr)
+			return nil
+		})
+		if code != c.code || !strings.Contains(got+stderr.String(), c.want) {
+			t.Errorf("%s: exit %d (want %d), output %q %q lacks %q", c.name, code, c.code, got, stderr.String(), c.want)
+		}
+	}
+}
+
+// run --out-dtype writes the output in the asked dtype, rounded from the
+// float32 result.
+func TestRunOutDType(t *testing.T) {
+	in := filepath.Join("..", "..", "testdata", "golden", "situ_mxfp8_rceil.safetensors")
+	outPath := filepath.Join(t.TempDir(), "out.safetensors")
+	if _, err := capture(t, func() error { return runRun([]string{"--case", in, "--out", outPath, "--out-dtype", "bf16"}) }); err != nil {
+		t.Fatal(err)
+	}
+	f, err := safetensors.ReadFile(outPath)
+	if err != nil || f.Get("out").DType != safetensors.BF16 {
+		t.Fatalf("%v %+v", err, f)
+	}
+	if err := runRun([]string{"--case", in, "--out", outPath, "--out-dtype", "fp8"}); err == nil {
+		t.Error("--out-dtype fp8 accepted")
+	}
+}

@@ -15,8 +15,14 @@ func runRun(args []string) error {
 	out := fs.String("out", "", "output file: tensor \"out\" [M, K] F32 (a regular file or a new name; not the case file)")
 	name := fs.String("backend", backend.GoName, "backend")
 	maxMem := fs.Float64("max-memory-gib", 16, "refuse a case estimated to need more memory than this")
+	outDType := fs.String("out-dtype", "f32", "dtype of \"out\": f32, bf16 or f16 (rounded to nearest even from the backend's float32)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	dtypes := map[string]safetensors.DType{"f32": safetensors.F32, "bf16": safetensors.BF16, "f16": safetensors.F16}
+	dtype, ok := dtypes[*outDType]
+	if !ok {
+		return usagef("--out-dtype %q: want f32, bf16 or f16", *outDType)
 	}
 	if *in == "" || *out == "" {
 		return usagef("--case and --out are required")
@@ -67,9 +73,13 @@ func runRun(args []string) error {
 	}
 	t2 := time.Now()
 	md := map[string]string{"backend": *name, "case": *in, "chain": c.Spec.Chain.String(), "recipe": c.Spec.Recipe.String()}
-	if err := validation.WriteOutput(*out, dst, c.Input.M, w.K, md); err != nil {
+	ot, err := safetensors.FromFloat32As("out", dtype, []int{c.Input.M, w.K}, dst)
+	if err != nil {
 		return err
 	}
-	fmt.Printf("prepare %.3fs, forward %.3fs; wrote %s (out [%d, %d] F32)\n", t1.Sub(t0).Seconds(), t2.Sub(t1).Seconds(), *out, c.Input.M, w.K)
+	if err := safetensors.WriteFile(*out, []*safetensors.Tensor{ot}, md); err != nil {
+		return err
+	}
+	fmt.Printf("prepare %.3fs, forward %.3fs; wrote %s (out [%d, %d] %s)\n", t1.Sub(t0).Seconds(), t2.Sub(t1).Seconds(), *out, c.Input.M, w.K, dtype)
 	return nil
 }
