@@ -52,6 +52,8 @@ type Capabilities struct {
 	Recipes     []mxfp.Recipe
 	// PreQuantizedInput: accepts Input.XQ.
 	PreQuantizedInput bool
+	// Biases: runs weights with FC1/FC2 biases (moe.Weights.W31Bias, W2Bias).
+	Biases bool
 	// MaxTokens bounds M (0: no bound).
 	MaxTokens int
 	// Graphs: layers implement GraphLayer.
@@ -74,6 +76,9 @@ func (c Capabilities) Check(spec moe.LayerSpec, w *moe.Weights, backend, fallbac
 	}
 	if !slices.Contains(c.Recipes, spec.Recipe) {
 		return unsupported("recipe " + spec.Recipe.String())
+	}
+	if w != nil && w.HasBias() && !c.Biases {
+		return unsupported("FC biases (w31_bias, w2_bias)")
 	}
 	return nil
 }

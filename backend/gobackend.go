@@ -26,6 +26,7 @@ func (goBackend) Capabilities() Capabilities {
 		Chains:            moe.Chains(),
 		Recipes:           []mxfp.Recipe{mxfp.RecipeFloor, mxfp.RecipeRCeil},
 		PreQuantizedInput: true,
+		Biases:            true,
 		Device:            fmt.Sprintf("CPU, %d goroutines", runtime.GOMAXPROCS(0)),
 	}
 }

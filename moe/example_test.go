@@ -2,6 +2,8 @@ package moe_test
 
 import (
 	"fmt"
+	"math"
+	"testing"
 
 	"kimimoe/activation"
 	"kimimoe/moe"
@@ -106,4 +108,67 @@ func ExampleOracle_Forward() {
 	fmt.Printf("out[0] = %.6f\n", out[0])
 	// Output:
 	// out[0] = 56.371013
+}
+
+// FC biases: with FC1 weights all zero, h = b1 exactly; with FC2 weights
+// all 0.5 (code 1, scale 2^0), each expert output row is 0.5 * (sum of the
+// activation) + b2[row]. The expected value is computed here from the
+// formula with activation.Eval (float64), not from the oracle.
+func TestBiasesByHand(t *testing.T) {
+	const k, n = 32, 32
+	w := moe.NewWeights(2, n, k, true)
+	for i := range w.W2 {
+		w.W2[i] = 0x11
+	}
+	for _, sc := range [][]uint8{w.W31Scale, w.W2Scale} {
+		for i := range sc {
+			sc[i] = 127
+		}
+	}
+	w.W31Bias = make([]float32, 2*2*n)
+	w.W2Bias = make([]float32, 2*k)
+	for i := range w.W31Bias {
+		w.W31Bias[i] = float32(i%7) - 2.5
+	}
+	for i := range w.W2Bias {
+		w.W2Bias[i] = float32(i) / 8
+	}
+	p := activation.DefaultParams()
+	spec := moe.LayerSpec{Activation: activation.SwigluBias, Params: []activation.Params{p}, Chain: moe.ChainExact, Recipe: mxfp.RecipeRCeil}
+	o, err := moe.NewOracle(w, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := make([]float32, k)
+	for i := range x {
+		x[i] = float32(i) - 7
+	}
+	in := moe.Input{M: 1, TopK: 2, X: x, TopKIDs: []int32{1, 0}, TopKWeights: []float32{0.75, 0.25}}
+	out := make([]float64, k)
+	if err := o.Forward(out, &in, nil); err != nil {
+		t.Fatal(err)
+	}
+	expert := func(e int) []float64 {
+		sum := 0.0
+		for f := range n { // [up; gate]: up row f, gate row n+f
+			up, gate := float64(w.W31Bias[e*2*n+f]), float64(w.W31Bias[e*2*n+n+f])
+			sum += activation.Eval(activation.SwigluBias, &p, gate, up)
+		}
+		y := make([]float64, k)
+		for r := range k {
+			y[r] = 0.5*sum + float64(w.W2Bias[e*k+r])
+		}
+		return y
+	}
+	y1, y0 := expert(1), expert(0)
+	for r := range k {
+		want := 0.75*y1[r] + 0.25*y0[r]
+		if math.Abs(out[r]-want) > 1e-12*math.Abs(want) {
+			t.Fatalf("out[%d] = %v, want %v", r, out[r], want)
+		}
+	}
+	// Without the biases the output would be all zeros: the test sees them.
+	if out[3] == 0 {
+		t.Fatal("biases had no effect")
+	}
 }

@@ -24,6 +24,16 @@ import (
 // sums (relative error below K/32 * 2^-53 of the sum of |terms|). On the
 // exact chain GEMM2 multiplies float64 activations by exact weights, again
 // in float64. The slots of a token are summed in slot order in float64.
+//
+// Biases. An FC1 bias is added to each GEMM1 result before the activation:
+// in float64 on the exact and mxfp8 chains (h = GEMM1 + b1, one rounding);
+// on the flashinfer chain as FlashInfer's (TensorRT-LLM's) activation
+// kernel does, in float32 after the GEMM1 result is rounded to bf16:
+// float32(bf16(GEMM1)) + float32(b1). An FC2 bias is added to each expert
+// output before the routing weight multiplies it, y = GEMM2 + b2 in
+// float64 on every chain; FlashInfer's finalize adds it in float32, the
+// same expression (row_scale * (expert_result + bias)), which the float64
+// value differs from by float32 rounding only.
 // Results do not depend on the number of goroutines.
 type Oracle struct {
 	spec      LayerSpec
@@ -260,12 +270,22 @@ func (o *Oracle) expertForward(e int, pairs []pair, xs []qrow, y [][][]float64) 
 	for p := range pairs {
 		h[p] = make([]float64, r)
 	}
+	var b1, b2 []float32 // this expert's biases, if any
+	if w.W31Bias != nil {
+		b1 = w.W31Bias[e*r : (e+1)*r]
+	}
+	if w.W2Bias != nil {
+		b2 = w.W2Bias[e*k : (e+1)*k]
+	}
 	w31 := o.w31[e*r*k : (e+1)*r*k]
 	s31 := w.W31Scale[e*r*k/32 : (e+1)*r*k/32]
 	for row := range r {
 		wr, sr := w31[row*k:(row+1)*k], s31[row*k/32:(row+1)*k/32]
 		for p, pr := range pairs {
 			h[p][row] = dotRow(wr, sr, xs[pr.tok])
+			if b1 != nil && o.spec.Chain != ChainFlashInfer {
+				h[p][row] += float64(b1[row])
+			}
 		}
 	}
 
@@ -291,7 +311,7 @@ func (o *Oracle) expertForward(e int, pairs []pair, xs []qrow, y [][][]float64) 
 			mxfp.QuantizeMXFP8Float64(codes, scales, a, o.spec.Recipe)
 			aq.set(codes, scales)
 		case ChainFlashInfer:
-			flashInferActivation(a32, kind, params, h[p])
+			flashInferActivation(a32, kind, params, h[p], b1)
 			mxfp.QuantizeMXFP8(codes, scales, a32, mxfp.RecipeRCeil)
 			aq.set(codes, scales)
 		}
@@ -303,22 +323,31 @@ func (o *Oracle) expertForward(e int, pairs []pair, xs []qrow, y [][][]float64) 
 			} else {
 				out[row] = dotRowFloat(wr, sr, a)
 			}
+			if b2 != nil {
+				out[row] += float64(b2[row])
+			}
 		}
 	}
 }
 
 // flashInferActivation is the flashinfer chain's middle: the GEMM1 result
-// rounded once to bf16, the activation in float32, its result rounded to
-// bf16.
-func flashInferActivation(dst []float32, kind activation.Kind, p *activation.Params, h []float64) {
+// rounded once to bf16 (plus the FC1 bias in float32, if any), the
+// activation in float32, its result rounded to bf16.
+func flashInferActivation(dst []float32, kind activation.Kind, p *activation.Params, h []float64, bias []float32) {
 	n := len(dst)
-	bf := func(x float64) float32 { return mxfp.Float32FromBF16(mxfp.BF16FromFloat64(x)) }
+	bf := func(i int) float32 {
+		v := mxfp.Float32FromBF16(mxfp.BF16FromFloat64(h[i]))
+		if bias != nil {
+			v += bias[i] // float32 add, as FlashInfer's activation kernel
+		}
+		return v
+	}
 	for i := range dst {
 		var v float32
 		if kind.IsGated() {
-			v = activation.Eval32(kind, p, bf(h[n+i]), bf(h[i]))
+			v = activation.Eval32(kind, p, bf(n+i), bf(i))
 		} else {
-			v = activation.Eval32(kind, p, bf(h[i]), 0)
+			v = activation.Eval32(kind, p, bf(i), 0)
 		}
 		dst[i] = mxfp.RoundBF16(v)
 	}

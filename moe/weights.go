@@ -15,7 +15,12 @@ import (
 //	W2       [E, K, N/2]
 //	W2Scale  [E, K, N/32]
 //
-// Packed FP4 has element 2j in the low nibble. Scales are E8M0, linear layout.
+//	W31Bias  [E, R]        optional FC1 bias, rows in W31's order ([up; gate])
+//	W2Bias   [E, K]        optional FC2 bias
+//
+// Packed FP4 has element 2j in the low nibble. Scales are E8M0, linear
+// layout. The biases (GPT-OSS has them; Kimi-K3 does not) are added to the
+// exact GEMM results: see Oracle for the rule of each chain.
 type Weights struct {
 	E, N, K  int
 	Gated    bool
@@ -23,7 +28,12 @@ type Weights struct {
 	W31Scale []uint8
 	W2       []uint8
 	W2Scale  []uint8
+	W31Bias  []float32 // nil: none
+	W2Bias   []float32 // nil: none
 }
+
+// HasBias reports whether either FC has a bias.
+func (w *Weights) HasBias() bool { return w.W31Bias != nil || w.W2Bias != nil }
 
 // NewWeights allocates zeroed weights for e experts.
 func NewWeights(e, n, k int, gated bool) *Weights {
@@ -65,6 +75,23 @@ func (w *Weights) Validate() error {
 	} {
 		if b.have != b.want {
 			return fmt.Errorf("moe: weights: %s has %d bytes, want %d for E=%d N=%d K=%d gated=%v", b.name, b.have, b.want, w.E, w.N, w.K, w.Gated)
+		}
+	}
+	for _, b := range []struct {
+		name string
+		v    []float32
+		want int
+	}{{"w31_bias", w.W31Bias, w.E * r}, {"w2_bias", w.W2Bias, w.E * w.K}} {
+		if b.v == nil {
+			continue
+		}
+		if len(b.v) != b.want {
+			return fmt.Errorf("moe: weights: %s has %d values, want %d ([E, %d])", b.name, len(b.v), b.want, b.want/w.E)
+		}
+		for i, v := range b.v {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return fmt.Errorf("moe: weights: %s[%d, %d] = %v is not finite", b.name, i/(b.want/w.E), i%(b.want/w.E), v)
+			}
 		}
 	}
 	return nil

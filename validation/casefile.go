@@ -26,6 +26,8 @@ var ErrCaseFile = errors.New("moe: bad case file")
 //	w31_scale    [E, R, K/32] U8
 //	w2           [E, K, N/2] U8
 //	w2_scale     [E, K, N/32] U8
+//	w31_bias     [E, R]      F32 or BF16   optional, rows as w31
+//	w2_bias      [E, K]      F32 or BF16   optional
 //
 // and __metadata__ strings: activation (required: situ, swiglu, swiglu_oai,
 // ...), situ_beta, situ_linear_beta, swiglu_alpha, swiglu_beta,
@@ -142,6 +144,26 @@ func caseFromFile(f *safetensors.File) (*Case, error) {
 		return nil, err
 	}
 	c.Weights = &moe.Weights{E: e, N: n, K: k, Gated: kind.IsGated(), W31: w31.Data, W31Scale: w31s.Data, W2: w2.Data, W2Scale: w2s.Data}
+	for _, b := range []struct {
+		name string
+		dst  *[]float32
+		cols int
+	}{{"w31_bias", &c.Weights.W31Bias, r}, {"w2_bias", &c.Weights.W2Bias, k}} {
+		if f.Get(b.name) == nil {
+			continue
+		}
+		t, err := need(f, b.name, 2, safetensors.F32, safetensors.BF16)
+		if err != nil {
+			return nil, err
+		}
+		if err := shapeIs(t, e, b.cols); err != nil {
+			return nil, err
+		}
+		*b.dst, _ = t.AsFloat32()
+	}
+	if err := c.Weights.Validate(); err != nil {
+		return nil, bad("%v", err)
+	}
 
 	spec := moe.LayerSpec{Activation: kind, Recipe: mxfp.RecipeRCeil, Chain: moe.ChainMXFP8}
 	if s, ok := md["recipe"]; ok {
@@ -232,7 +254,7 @@ func caseFromFile(f *safetensors.File) (*Case, error) {
 		return nil, fmt.Errorf("%w: %w", ErrCaseFile, err)
 	}
 	known := map[string]bool{"x": true, "x_q": true, "x_scale": true, "topk_ids": true, "topk_weights": true,
-		"w31": true, "w31_scale": true, "w2": true, "w2_scale": true}
+		"w31": true, "w31_scale": true, "w2": true, "w2_scale": true, "w31_bias": true, "w2_bias": true}
 	for _, t := range f.Tensors {
 		if !known[t.Name] {
 			c.Extra[t.Name] = t
@@ -307,6 +329,12 @@ func (c *Case) Tensors() ([]*safetensors.Tensor, map[string]string) {
 		safetensors.FromUint8("w31_scale", []int{w.E, w.Rows(), w.K / 32}, w.W31Scale),
 		safetensors.FromUint8("w2", []int{w.E, w.K, w.N / 2}, w.W2),
 		safetensors.FromUint8("w2_scale", []int{w.E, w.K, w.N / 32}, w.W2Scale))
+	if w.W31Bias != nil {
+		ts = append(ts, safetensors.FromFloat32("w31_bias", []int{w.E, w.Rows()}, w.W31Bias))
+	}
+	if w.W2Bias != nil {
+		ts = append(ts, safetensors.FromFloat32("w2_bias", []int{w.E, w.K}, w.W2Bias))
+	}
 	md := map[string]string{
 		"activation": c.Spec.Activation.String(),
 		"recipe":     c.Spec.Recipe.String(),

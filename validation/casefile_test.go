@@ -35,6 +35,11 @@ func TestCaseFileRoundTrip(t *testing.T) {
 	c := smallCase(t, activation.SwigluBias, moe.ChainFlashInfer, mxfp.RecipeFloor, 1)
 	c.Spec.Params = []activation.Params{activation.DefaultParams(), activation.DefaultParams(), activation.DefaultParams(), activation.DefaultParams()}
 	c.Spec.Params[2].SwigluLimit = 5.5 // per-expert parameters survive
+	c.Weights.W31Bias = make([]float32, c.Weights.E*c.Weights.Rows())
+	c.Weights.W2Bias = make([]float32, c.Weights.E*c.Weights.K)
+	for i := range c.Weights.W31Bias {
+		c.Weights.W31Bias[i] = float32(i%5) / 4 // biases survive too
+	}
 	path := filepath.Join(t.TempDir(), "case.safetensors")
 	if err := WriteCase(path, c); err != nil {
 		t.Fatal(err)

@@ -52,6 +52,13 @@ func TestUnsupportedAtPrepare(t *testing.T) {
 	if _, err := b.Prepare(c.Weights, c.Spec); !errors.Is(err, backend.ErrUnsupported) {
 		t.Errorf("exact chain: %v, want ErrUnsupported", err)
 	}
+	// FC biases are not run on the GPU yet: refused at Prepare.
+	s.Chain = moe.ChainMXFP8
+	c, _ = validation.GenerateCase(&s, nil)
+	c.Weights.W2Bias = make([]float32, c.Weights.E*c.Weights.K)
+	if _, err := b.Prepare(c.Weights, c.Spec); !errors.Is(err, backend.ErrUnsupported) {
+		t.Errorf("biases: %v, want ErrUnsupported", err)
+	}
 	// K and N multiples of 32 but not of the 128-element stage (GPT-OSS's
 	// 2880) run on the decode path, padded; they used to be refused.
 	s.Chain, s.K, s.N = moe.ChainMXFP8, 96, 160
