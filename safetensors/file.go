@@ -165,6 +165,28 @@ func (r *Reader) read(e *Entry) (*Tensor, error) {
 	return t, nil
 }
 
+// Rows reads rows [first, first+count) along the first dimension of the
+// named tensor (e.g. some experts of a stacked [E, ...] tensor), and only
+// those bytes. A missing name returns (nil, nil).
+func (r *Reader) Rows(name string, first, count int) (*Tensor, error) {
+	e := r.Find(name)
+	if e == nil {
+		return nil, nil
+	}
+	if len(e.Shape) == 0 || first < 0 || count < 0 || first > e.Shape[0]-count {
+		return nil, fmt.Errorf("safetensors: %s: rows [%d, %d) of tensor %q with shape %v", r.path, first, first+count, name, e.Shape)
+	}
+	rowBytes := int64(0)
+	if e.Shape[0] > 0 {
+		rowBytes = (e.Hi - e.Lo) / int64(e.Shape[0])
+	}
+	sub := *e
+	sub.Shape = append([]int{count}, e.Shape[1:]...)
+	sub.Lo = e.Lo + int64(first)*rowBytes
+	sub.Hi = sub.Lo + int64(count)*rowBytes
+	return r.read(&sub)
+}
+
 // ReadAll reads every tensor into memory.
 func (r *Reader) ReadAll() (*File, error) {
 	f := &File{Metadata: r.Metadata, Tensors: make([]*Tensor, len(r.Entries))}
