@@ -1,9 +1,7 @@
 package checkpoint
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,91 +35,6 @@ func source(t testing.TB) *moe.Weights {
 		w.W2Bias[i] = float32(i%5) / 2
 	}
 	return w
-}
-
-// writeShards writes tensors round-robin into nshard shards with an index
-// (nshard 0: one model.safetensors, no index).
-func writeShards(t testing.TB, dir string, ts []*safetensors.Tensor, nshard int) {
-	t.Helper()
-	if nshard == 0 {
-		if err := safetensors.WriteFile(filepath.Join(dir, "model.safetensors"), ts, nil); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	shards := make([][]*safetensors.Tensor, nshard)
-	wm := map[string]string{}
-	for i, x := range ts {
-		shards[i%nshard] = append(shards[i%nshard], x)
-		wm[x.Name] = fmt.Sprintf("model-%05d-of-%05d.safetensors", i%nshard+1, nshard)
-	}
-	for i, sh := range shards {
-		if err := safetensors.WriteFile(filepath.Join(dir, fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, nshard)), sh, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	data, _ := json.Marshal(map[string]any{"metadata": map[string]any{}, "weight_map": wm})
-	if err := os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// rows returns rows [r0, r0+n) of expert e's FC1 (packed and scales).
-func fc1Rows(w *moe.Weights, e, r0, n int) ([]uint8, []uint8) {
-	R, k := w.Rows(), w.K
-	return w.W31[(e*R+r0)*k/2 : (e*R+r0+n)*k/2], w.W31Scale[(e*R+r0)*k/32 : (e*R+r0+n)*k/32]
-}
-
-// kimiTensors lays w out as Kimi-K3 stores it: per expert w1 (gate), w3
-// (up) and w2, under a model-specific middle of the name.
-func kimiTensors(w *moe.Weights, layer int, middle string) []*safetensors.Tensor {
-	var ts []*safetensors.Tensor
-	n, k := w.N, w.K
-	for e := range w.E {
-		p := fmt.Sprintf("language_model.model.layers.%d.%s.experts.%d.", layer, middle, e)
-		upP, upS := fc1Rows(w, e, 0, n)
-		gP, gS := fc1Rows(w, e, n, n)
-		ts = append(ts,
-			safetensors.FromUint8(p+"w1.weight_packed", []int{n, k / 2}, gP),
-			safetensors.FromUint8(p+"w1.weight_scale", []int{n, k / 32}, gS),
-			safetensors.FromUint8(p+"w3.weight_packed", []int{n, k / 2}, upP),
-			safetensors.FromUint8(p+"w3.weight_scale", []int{n, k / 32}, upS),
-			safetensors.FromUint8(p+"w2.weight_packed", []int{k, n / 2}, w.W2[e*k*n/2:(e+1)*k*n/2]),
-			safetensors.FromUint8(p+"w2.weight_scale", []int{k, n / 32}, w.W2Scale[e*k*n/32:(e+1)*k*n/32]))
-	}
-	ts = append(ts, safetensors.FromUint8("language_model.model.embed_tokens.weight", []int{4}, []uint8{1, 2, 3, 4}))
-	return ts
-}
-
-// gptossTensors lays w out as GPT-OSS stores it: stacked, gate and up rows
-// interleaved (gate even), blocks of 16 bytes.
-func gptossTensors(w *moe.Weights, layer int) []*safetensors.Tensor {
-	E, n, k := w.E, w.N, w.K
-	gu := make([]uint8, E*2*n*k/2)
-	guS := make([]uint8, E*2*n*k/32)
-	guB := make([]float32, E*2*n)
-	for e := range E {
-		for j := range n {
-			for _, pair := range [][2]int{{2 * j, n + j}, {2*j + 1, j}} { // even: gate (w31 row n+j), odd: up (row j)
-				dst, src := e*2*n+pair[0], e*2*n+pair[1]
-				copy(gu[dst*k/2:(dst+1)*k/2], w.W31[src*k/2:(src+1)*k/2])
-				copy(guS[dst*k/32:(dst+1)*k/32], w.W31Scale[src*k/32:(src+1)*k/32])
-				guB[dst] = w.W31Bias[src]
-			}
-		}
-	}
-	p := fmt.Sprintf("model.layers.%d.mlp.experts.", layer)
-	bias, _ := safetensors.FromFloat32As(p+"gate_up_proj_bias", safetensors.BF16, []int{E, 2 * n}, guB)
-	dbias, _ := safetensors.FromFloat32As(p+"down_proj_bias", safetensors.BF16, []int{E, k}, w.W2Bias)
-	return []*safetensors.Tensor{
-		safetensors.FromUint8(p+"gate_up_proj_blocks", []int{E, 2 * n, k / 32, 16}, gu),
-		safetensors.FromUint8(p+"gate_up_proj_scales", []int{E, 2 * n, k / 32}, guS),
-		bias,
-		safetensors.FromUint8(p+"down_proj_blocks", []int{E, k, n / 32, 16}, w.W2),
-		safetensors.FromUint8(p+"down_proj_scales", []int{E, k, n / 32}, w.W2Scale),
-		dbias,
-		safetensors.FromUint8(p+"router.weight", []int{2}, []uint8{0, 0}),
-	}
 }
 
 // want is the slice of w that EP rank ep and MoE-TP rank tpRank of tp
@@ -182,7 +95,7 @@ func TestLoadKimiAndGPTOSS(t *testing.T) {
 	} {
 		for _, nshard := range []int{0, 3} {
 			dir := t.TempDir()
-			writeShards(t, dir, c.ts, nshard)
+			must(t, writeShards(dir, c.ts, nshard))
 			ck, err := Open(dir)
 			if err != nil {
 				t.Fatal(err)
@@ -265,7 +178,7 @@ func TestLoaderErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		dir := t.TempDir()
-		writeShards(t, dir, c.ts, 2)
+		must(t, writeShards(dir, c.ts, 2))
 		ck, err := Open(dir)
 		if err != nil {
 			t.Fatal(err)
@@ -278,7 +191,7 @@ func TestLoaderErrors(t *testing.T) {
 	}
 	// A truncated shard and a shard the index names but that is missing.
 	dir := t.TempDir()
-	writeShards(t, dir, base(), 2)
+	must(t, writeShards(dir, base(), 2))
 	shard := filepath.Join(dir, "model-00002-of-00002.safetensors")
 	st, _ := os.Stat(shard)
 	os.Truncate(shard, st.Size()-10)
@@ -308,7 +221,7 @@ func TestLoadedLayerRuns(t *testing.T) {
 		}
 	}
 	dir := t.TempDir()
-	writeShards(t, dir, gptossTensors(w, 0), 1)
+	must(t, Write(dir, FormatGPTOSS, w, 0, 1))
 	ck, err := Open(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -342,7 +255,7 @@ func FuzzIndex(f *testing.F) {
 	w := source(f)
 	w.W31Bias, w.W2Bias = nil, nil
 	dir := f.TempDir()
-	writeShards(f, dir, kimiTensors(w, 0, "mlp"), 2)
+	must(f, Write(dir, FormatKimi, w, 0, 2))
 	good, err := os.ReadFile(filepath.Join(dir, "model.safetensors.index.json"))
 	if err != nil {
 		f.Fatal(err)
@@ -365,4 +278,11 @@ func FuzzIndex(f *testing.F) {
 			}
 		}
 	})
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
 }

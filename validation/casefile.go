@@ -199,41 +199,97 @@ func caseFromFile(f *safetensors.File) (*Case, error) {
 	}
 	c.Spec = spec
 
-	ids, err := need(f, "topk_ids", 2, safetensors.I32, safetensors.I64)
+	in, err := ReadInput(f, k, nil)
 	if err != nil {
 		return nil, err
 	}
-	m, topk := ids.Shape[0], ids.Shape[1]
-	idv, _ := ids.Int64s()
-	c.Input = moe.Input{M: m, TopK: topk, TopKIDs: make([]int32, len(idv))}
-	for i, v := range idv {
-		if v < math.MinInt32 || v > math.MaxInt32 {
-			return nil, bad("topk_ids[%d, %d] = %d does not fit int32", i/topk, i%topk, v)
+	c.Input = *in
+	if err := c.Input.Validate(k, numGlobal); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCaseFile, err)
+	}
+	known := map[string]bool{"x": true, "x_q": true, "x_scale": true, "topk_ids": true, "topk_weights": true,
+		"w31": true, "w31_scale": true, "w2": true, "w2_scale": true, "w31_bias": true, "w2_bias": true}
+	for _, t := range f.Tensors {
+		if !known[t.Name] {
+			c.Extra[t.Name] = t
 		}
-		c.Input.TopKIDs[i] = int32(v)
 	}
-	wts, err := need(f, "topk_weights", 2, safetensors.F32)
-	if err != nil {
-		return nil, err
-	}
-	if err := shapeIs(wts, m, topk); err != nil {
-		return nil, err
-	}
-	c.Input.TopKWeights, _ = wts.Float32s()
+	return c, nil
+}
 
+// ReadInput reads a forward's inputs from f for layer width k: "x" [M, K]
+// (F32, BF16 or F16) or "x_q" [M, K] U8 with "x_scale" [M, K/32] U8; and
+// "topk_ids" [M, topk] (I32 or I64) with "topk_weights" [M, topk] F32, or,
+// when those are absent and route is not nil, "router_logits" [M, E_global]
+// (F32, BF16 or F16) with an optional "correction_bias" [E_global], given
+// to route. It checks shapes and dtypes (errors wrap ErrCaseFile and name
+// the tensor); Input.Validate checks the values.
+func ReadInput(f *safetensors.File, k int, route func(logits, bias []float32, m int) (ids []int32, weights []float32, topk int, err error)) (*moe.Input, error) {
+	in := &moe.Input{}
+	var m int
+	switch ids, logits := f.Get("topk_ids"), f.Get("router_logits"); {
+	case ids != nil:
+		ids, err := need(f, "topk_ids", 2, safetensors.I32, safetensors.I64)
+		if err != nil {
+			return nil, err
+		}
+		var topk int
+		m, topk = ids.Shape[0], ids.Shape[1]
+		idv, _ := ids.Int64s()
+		in.M, in.TopK, in.TopKIDs = m, topk, make([]int32, len(idv))
+		for i, v := range idv {
+			if v < math.MinInt32 || v > math.MaxInt32 {
+				return nil, bad("topk_ids[%d, %d] = %d does not fit int32", i/topk, i%topk, v)
+			}
+			in.TopKIDs[i] = int32(v)
+		}
+		wts, err := need(f, "topk_weights", 2, safetensors.F32)
+		if err != nil {
+			return nil, err
+		}
+		if err := shapeIs(wts, m, topk); err != nil {
+			return nil, err
+		}
+		in.TopKWeights, _ = wts.Float32s()
+	case logits != nil && route != nil:
+		lt, err := need(f, "router_logits", 2, safetensors.F32, safetensors.BF16, safetensors.F16)
+		if err != nil {
+			return nil, err
+		}
+		m = lt.Shape[0]
+		lv, _ := lt.AsFloat32()
+		var bias []float32
+		if b := f.Get("correction_bias"); b != nil {
+			if b, err = need(f, "correction_bias", 1, safetensors.F32, safetensors.BF16, safetensors.F16); err != nil {
+				return nil, err
+			}
+			if b.Shape[0] != lt.Shape[1] {
+				return nil, bad("tensor \"correction_bias\" has shape %v; router_logits %v has %d experts", b.Shape, lt.Shape, lt.Shape[1])
+			}
+			bias, _ = b.AsFloat32()
+		}
+		if in.TopKIDs, in.TopKWeights, in.TopK, err = route(lv, bias, m); err != nil {
+			return nil, bad("routing \"router_logits\": %v", err)
+		}
+		in.M = m
+	default:
+		return nil, bad("missing tensor \"topk_ids\" (with \"topk_weights\"), or \"router_logits\" to route")
+	}
 	switch x, xq := f.Get("x"), f.Get("x_q"); {
 	case x != nil && xq != nil:
 		return nil, bad("both \"x\" and \"x_q\" are present")
 	case x != nil:
-		if x, err = need(f, "x", 2, safetensors.F32, safetensors.BF16, safetensors.F16); err != nil {
+		x, err := need(f, "x", 2, safetensors.F32, safetensors.BF16, safetensors.F16)
+		if err != nil {
 			return nil, err
 		}
 		if err := shapeIs(x, m, k); err != nil {
 			return nil, err
 		}
-		c.Input.X, _ = x.AsFloat32() // exact widening
+		in.X, _ = x.AsFloat32() // exact widening
 	case xq != nil:
-		if xq, err = need(f, "x_q", 2, safetensors.U8); err != nil {
+		xq, err := need(f, "x_q", 2, safetensors.U8)
+		if err != nil {
 			return nil, err
 		}
 		if err := shapeIs(xq, m, k); err != nil {
@@ -246,21 +302,11 @@ func caseFromFile(f *safetensors.File) (*Case, error) {
 		if err := shapeIs(xs, m, k/32); err != nil {
 			return nil, err
 		}
-		c.Input.XQ = &mxfp.MXFP8Matrix{Rows: m, Cols: k, Codes: xq.Data, Scales: xs.Data}
+		in.XQ = &mxfp.MXFP8Matrix{Rows: m, Cols: k, Codes: xq.Data, Scales: xs.Data}
 	default:
 		return nil, bad("missing tensor \"x\" (or \"x_q\" and \"x_scale\")")
 	}
-	if err := c.Input.Validate(k, numGlobal); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCaseFile, err)
-	}
-	known := map[string]bool{"x": true, "x_q": true, "x_scale": true, "topk_ids": true, "topk_weights": true,
-		"w31": true, "w31_scale": true, "w2": true, "w2_scale": true, "w31_bias": true, "w2_bias": true}
-	for _, t := range f.Tensors {
-		if !known[t.Name] {
-			c.Extra[t.Name] = t
-		}
-	}
-	return c, nil
+	return in, nil
 }
 
 // paramKeys maps metadata keys to Params fields.

@@ -3,6 +3,8 @@
 //
 //	kimimoe validate --suite smoke|real|large|all --backend NAME --activation KIND [--require-situ] [--json FILE|-]
 //	kimimoe run --case IN.safetensors --out OUT.safetensors [--backend NAME] [--out-dtype f32|bf16|f16]
+//	kimimoe run --checkpoint DIR --layer L --inputs IN.safetensors --out OUT.safetensors [--ep-size S --ep-rank R] [--moe-tp T --moe-tp-rank r]
+//	kimimoe case --checkpoint DIR --layer L --inputs IN.safetensors --out CASE.safetensors [same slice flags]
 //	kimimoe check --case CASE.safetensors --candidate OUT.safetensors [--tensor out] [--chain C] [--json FILE|-]
 //	kimimoe plan --model kimi-k3 --tp 32 --ep 4 --dp 1 --tokens 8192 [--json]
 //	kimimoe bench --backend cuda [--m 1,128,512,2048,8192] [--rounds 20] [--json FILE|-]
@@ -38,6 +40,7 @@ func init() {
 		{"validate", "run the validation matrix on a backend against the oracle", runValidate},
 		{"run", "run one case file and write its output", runRun},
 		{"check", "compare a kernel's output with the oracle on a case file", runCheck},
+		{"case", "write a case file from a checkpoint layer and inputs", runCase},
 		{"plan", "expert mapping and prefill communication of a deployment", runPlan},
 		{"bench", "time a backend at the Kimi EP32 shape against the floor", runBench},
 		{"chains", "how far the mxfp8 and flashinfer chains are from the exact chain (oracle)", runChains},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -10,7 +11,12 @@ import (
 	"strings"
 	"testing"
 
+	"kimimoe/activation"
+	"kimimoe/checkpoint"
+	"kimimoe/moe"
+	"kimimoe/mxfp"
 	"kimimoe/safetensors"
+	"kimimoe/validation"
 )
 
 // capture runs f with stdout redirected and returns what it printed.
@@ -116,7 +122,7 @@ func TestExitStatusAndErrorsPrintedOnce(t *testing.T) {
 		{[]string{"chains", "--m", "1,0"}, 2, "not a token count"},
 		{[]string{"plan", "--ep", "4294967296", "--dp", "4294967296"}, 1, "overflows"},
 		{[]string{"run", "--case", golden, "--out", golden}, 1, "is the input file"},
-		{[]string{"run", "--case", golden}, 2, "--case and --out are required"},
+		{[]string{"run", "--case", golden}, 2, "--out and one of --case or --checkpoint are required"},
 		{[]string{"nope"}, 2, `unknown command "nope"`},
 		{[]string{}, 2, "usage:"},
 	} {
@@ -238,5 +244,69 @@ func TestRunOutDType(t *testing.T) {
 	}
 	if err := runRun([]string{"--case", in, "--out", outPath, "--out-dtype", "fp8"}); err == nil {
 		t.Error("--out-dtype fp8 accepted")
+	}
+}
+
+// From a checkpoint to a verdict: a GPT-OSS-layout checkpoint (with
+// biases) and an inputs file holding x and router logits; `case` writes a
+// case file, `run` on it and `run --checkpoint` give the same output, and
+// `check` passes it (and fails a perturbed copy).
+func TestCheckpointToVerdict(t *testing.T) {
+	s := validation.CaseSpec{Name: "e2e", K: 96, N: 64, ELocal: 8, TopK: 4, Activation: activation.SwigluBias,
+		Chain: moe.ChainMXFP8, Recipe: mxfp.RecipeRCeil, WeightSeed: 5}
+	w, err := validation.GenerateWeights(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.W31Bias, w.W2Bias = make([]float32, w.E*2*w.N), make([]float32, w.E*w.K)
+	for i := range w.W31Bias {
+		w.W31Bias[i] = float32(i%9-4) / 4
+	}
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ckpt")
+	os.Mkdir(ck, 0o755)
+	if err := checkpoint.Write(ck, checkpoint.FormatGPTOSS, w, 2, 2); err != nil {
+		t.Fatal(err)
+	}
+	const m = 5
+	x, logits := make([]float32, m*w.K), make([]float32, m*w.E)
+	for i := range x {
+		x[i] = float32(i%17) - 8
+	}
+	for i := range logits {
+		logits[i] = float32((i*7)%11) / 3
+	}
+	xt, _ := safetensors.FromFloat32As("x", safetensors.BF16, []int{m, w.K}, x)
+	inputs := filepath.Join(dir, "inputs.safetensors")
+	if err := safetensors.WriteFile(inputs, []*safetensors.Tensor{xt, safetensors.FromFloat32("router_logits", []int{m, w.E}, logits)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	caseFile, out1, out2 := filepath.Join(dir, "case.safetensors"), filepath.Join(dir, "out1.safetensors"), filepath.Join(dir, "out2.safetensors")
+	for _, args := range [][]string{
+		{"case", "--checkpoint", ck, "--layer", "2", "--inputs", inputs, "--out", caseFile},
+		{"run", "--case", caseFile, "--out", out1},
+		{"run", "--checkpoint", ck, "--layer", "2", "--inputs", inputs, "--out", out2},
+		{"check", "--case", caseFile, "--candidate", out1},
+	} {
+		var so, se strings.Builder
+		var code int
+		got, _ := capture(t, func() error { code = dispatch(args, &so, &se); return nil })
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s%s", args, code, got, se.String())
+		}
+	}
+	a, _ := safetensors.ReadFile(out1)
+	b, _ := safetensors.ReadFile(out2)
+	if !bytes.Equal(a.Get("out").Data, b.Get("out").Data) {
+		t.Error("run --checkpoint and run --case on its case file differ")
+	}
+	c, err := validation.ReadCase(caseFile)
+	if err != nil || c.Weights.W31Bias == nil || c.Input.TopK != 4 || c.Spec.Activation != activation.SwigluBias {
+		t.Fatalf("case file: %v %+v", err, c)
+	}
+	// The routing of the logits is GPT-OSS's: top-4 by logit, softmax over them.
+	var so, se strings.Builder
+	if code := dispatch([]string{"case", "--checkpoint", ck, "--layer", "7", "--inputs", inputs, "--out", filepath.Join(dir, "c2")}, &so, &se); code != 2 || !strings.Contains(se.String(), "no experts of layer 7") {
+		t.Errorf("missing layer: exit %d, %s", code, se.String())
 	}
 }

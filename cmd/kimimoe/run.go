@@ -10,8 +10,9 @@ import (
 )
 
 func runRun(args []string) error {
-	fs := newFlags("run", "--case IN.safetensors --out OUT.safetensors [--backend NAME]")
+	fs := newFlags("run", "--case IN.safetensors --out OUT.safetensors [--backend NAME] | --checkpoint DIR --layer L --inputs IN.safetensors --out OUT.safetensors")
 	in := fs.String("case", "", "input case file (safetensors; see README)")
+	cf := addCkptFlags(fs)
 	out := fs.String("out", "", "output file: tensor \"out\" [M, K] F32 (a regular file or a new name; not the case file)")
 	name := fs.String("backend", backend.GoName, "backend")
 	maxMem := fs.Float64("max-memory-gib", 16, "refuse a case estimated to need more memory than this")
@@ -24,15 +25,21 @@ func runRun(args []string) error {
 	if !ok {
 		return usagef("--out-dtype %q: want f32, bf16 or f16", *outDType)
 	}
-	if *in == "" || *out == "" {
-		return usagef("--case and --out are required")
+	if (*in == "") == (*cf.dir == "") || *out == "" {
+		return usagef("--out and one of --case or --checkpoint are required")
 	}
 	// Everything about the output is checked before the work: it is not
-	// the input, not a device or FIFO, and its directory takes a file.
-	if _, err := safetensors.CheckOutput(*out, *in); err != nil {
+	// an input, not a device or FIFO, and its directory takes a file.
+	if _, err := safetensors.CheckOutput(*out, *in, *cf.inputs); err != nil {
 		return err
 	}
-	c, err := validation.ReadCase(*in)
+	var c *validation.Case
+	var err error
+	if *in != "" {
+		c, err = validation.ReadCase(*in)
+	} else if c, err = cf.load(); err == nil {
+		*in = c.Name
+	}
 	if err != nil {
 		return err
 	}
