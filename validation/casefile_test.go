@@ -214,3 +214,35 @@ func TestZeroCaseSpec(t *testing.T) {
 		t.Fatalf("zero LayerSpec: %v, want an error naming LayerSpec.Activation", err)
 	}
 }
+
+// The interop golden cases, made on the GPU machine by
+// scripts/interop_e2e.py (docs/INTEROP.md): a GPT-OSS-layout layer with
+// biases read from a checkpoint by `kimimoe case`, and a serving stack's
+// [gate; up] FC1 with swizzled scales written by scripts/kimimoe_case.py,
+// each with the output of an independent float64 torch computation
+// ("out_ref_f64", the weights dequantized by transformers' MXFP4 code for
+// GPT-OSS). The oracle (exact chain) must agree to 1e-12 of the output's
+// RMS: both compute the same real numbers in float64, in other orders.
+func TestInteropGolden(t *testing.T) {
+	for _, name := range []string{"golden_gptoss_biases", "golden_kimi_gate_up_swizzled"} {
+		c, err := ReadCase(filepath.Join("..", "testdata", "golden", name+".safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := c.Extra["out_ref_f64"].Float64s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := oracleOut(t, c)
+		ss, worst := 0.0, 0.0
+		for i, r := range ref {
+			ss += r * r
+			worst = max(worst, math.Abs(got[i]-r))
+		}
+		rms := math.Sqrt(ss / float64(len(ref)))
+		t.Logf("%s: %v, chain %v, biases %v: max |diff| %.3g, RMS %.3g", name, c.Spec.Activation, c.Spec.Chain, c.Weights.HasBias(), worst, rms)
+		if rms == 0 || worst > 1e-12*rms {
+			t.Errorf("%s: oracle differs from the torch float64 reference by %.3g (RMS %.3g)", name, worst, rms)
+		}
+	}
+}
