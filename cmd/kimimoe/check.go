@@ -43,11 +43,12 @@ type rowError struct {
 
 // runCheck compares a foreign kernel's output with the oracle on a case.
 func runCheck(args []string) error {
-	fs := newFlags("check", "--case CASE.safetensors --candidate OUT.safetensors [--tensor out] [--chain C] [--min-cosine C --max-nrmse E] [--json FILE|-]")
+	fs := newFlags("check", "--case CASE.safetensors | --checkpoint DIR --layer L --inputs IN.safetensors; --candidate OUT.safetensors [--tensor out] [--min-cosine C --max-nrmse E] [--json FILE|-]")
 	casePath := fs.String("case", "", "the case file (inputs, weights, metadata)")
+	cf := addCkptFlags(fs)
+	*cf.chain = "" // check's --chain defaults to the case's
 	candPath := fs.String("candidate", "", "safetensors file holding the candidate output [M, K] (F32, BF16 or F16)")
 	tensor := fs.String("tensor", "out", "name of the candidate tensor")
-	chainName := fs.String("chain", "", "precision chain to compare on: exact, mxfp8, flashinfer (default: the case's)")
 	minCos := fs.Float64("min-cosine", backend.MinCosine, "pass threshold: cosine at least this")
 	maxNRMSE := fs.Float64("max-nrmse", backend.MaxNRMSE, "pass threshold: NRMSE at most this")
 	jsonPath := fs.String("json", "", "also write the report as JSON to this file (- for stdout; the text then goes to stderr)")
@@ -55,8 +56,9 @@ func runCheck(args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if *casePath == "" || *candPath == "" {
-		return usagef("--case and --candidate are required")
+	chainName := cf.chain
+	if (*casePath == "") == (*cf.dir == "") || *candPath == "" {
+		return usagef("--candidate and one of --case or --checkpoint are required")
 	}
 	if !(*minCos >= -1 && *minCos <= 1) || !(*maxNRMSE >= 0) {
 		return usagef("--min-cosine must be in [-1, 1] and --max-nrmse at least 0")
@@ -67,23 +69,36 @@ func runCheck(args []string) error {
 	}
 	// Input problems (missing, malformed or mismatched files) are usage
 	// errors here: exit 2, as for a bad flag.
-	c, err := validation.ReadCase(*casePath)
-	if err != nil {
-		return asUsage(err)
+	var c *validation.Case
+	var err error
+	if *casePath != "" {
+		if c, err = validation.ReadCase(*casePath); err != nil {
+			return asUsage(err)
+		}
+	} else {
+		chain := *cf.chain
+		if chain == "" {
+			*cf.chain = "mxfp8"
+		}
+		if c, err = cf.load(); err != nil {
+			return err
+		}
+		*cf.chain = chain
+		*casePath = c.Name
 	}
 	if *chainName != "" {
 		if c.Spec.Chain, err = moe.ParseChain(*chainName); err != nil {
 			return asUsage(err)
 		}
 	}
-	cf, err := safetensors.ReadFile(*candPath)
+	candFile, err := safetensors.ReadFile(*candPath)
 	if err != nil {
 		return asUsage(fmt.Errorf("candidate: %w", err))
 	}
-	ct := cf.Get(*tensor)
+	ct := candFile.Get(*tensor)
 	if ct == nil {
 		var names []string
-		for _, t := range cf.Tensors {
+		for _, t := range candFile.Tensors {
 			names = append(names, t.Name)
 		}
 		return usagef("candidate %s has no tensor %q (it has %v; --tensor picks one)", *candPath, *tensor, names)

@@ -28,7 +28,7 @@ func addCkptFlags(fs *flagSet) *ckptFlags {
 		tpRank: fs.Int("moe-tp-rank", 0, "MoE tensor-parallel rank"),
 		inputs: fs.String("inputs", "", "inputs: x (F32/BF16/F16) or x_q + x_scale; topk_ids + topk_weights, or router_logits [M, E] (+ correction_bias [E])"),
 		topk:   fs.Int("topk", 0, "top-k when routing router_logits (default: the format's, Kimi-K3 16, GPT-OSS 4)"),
-		chain:  fs.String("chain", "mxfp8", "precision chain: exact, mxfp8, flashinfer"),
+		chain:  fs.String("chain", "mxfp8", "precision chain: exact, mxfp8, flashinfer (check: default the case's)"),
 		recipe: fs.String("recipe", "rceil", "MX scale recipe for x and the intermediate: floor, rceil"),
 	}
 }

@@ -287,6 +287,7 @@ func TestCheckpointToVerdict(t *testing.T) {
 		{"run", "--case", caseFile, "--out", out1},
 		{"run", "--checkpoint", ck, "--layer", "2", "--inputs", inputs, "--out", out2},
 		{"check", "--case", caseFile, "--candidate", out1},
+		{"check", "--checkpoint", ck, "--layer", "2", "--inputs", inputs, "--candidate", out1},
 	} {
 		var so, se strings.Builder
 		var code int
