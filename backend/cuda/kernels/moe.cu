@@ -642,13 +642,14 @@ __device__ __forceinline__ void gemm2(const Gemm2Args a) {
     }
 }
 
-// The instances. TT=64 fits two CTAs per SM in the register file (at most
-// 128 registers a thread); TT=128 runs one.
+// The instances, all held to 128 registers a thread so that two CTAs fit
+// an SM: without the bound, gemm2 at TT=128 took 132 registers, ran one CTA
+// per SM and was 1.5x slower (ncu on the H200, docs/PERF.md).
 static_assert(KMOE_TILE_SMALL == 64 && KMOE_TILE_LARGE == 128, "the instances below");
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_gemm1_act_t64(const Gemm1Args a) { gemm1_act<64>(a); }
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_gemm1_act_t128(const Gemm1Args a) { gemm1_act<128>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_gemm1_act_t128(const Gemm1Args a) { gemm1_act<128>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_gemm2_t64(const Gemm2Args a) { gemm2<64>(a); }
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_gemm2_t128(const Gemm2Args a) { gemm2<128>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_gemm2_t128(const Gemm2Args a) { gemm2<128>(a); }
 
 // ------------------------------------------------------ the decode path --
 //
