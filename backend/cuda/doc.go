@@ -49,13 +49,13 @@
 // entry carries its own hash and a corrupt entry is rebuilt, not trusted.
 //
 // Two paths, chosen per forward by the token count (Layer.PathFor). The
-// decode path (M <= 32, and every M when K or N is not a multiple of 128,
+// decode path (M <= 24, and every M when K or N is not a multiple of 128,
 // as GPT-OSS's 2880) streams the weights: they are re-laid at Prepare into
 // 16-row x 128-k tiles (K and N padded with zero weights, which is exact),
 // every SM reads them with 16-byte loads, the tokens ride on the MMA's
 // narrow side; one prologue launch quantizes x and routes, GEMM1 fuses the
 // activation and requantization, GEMM2 and the finalize follow. The grouped
-// path (M > 32) quantizes x, routes into a stable expert-sorted permutation,
+// path (M > 24) quantizes x, routes into a stable expert-sorted permutation,
 // runs grouped GEMM1 (activation and requantization fused) and GEMM2 over
 // token tiles of 64 or 128 staged in shared memory, and finalizes. Both sum
 // each token's slots in slot order with no atomics (results are bitwise

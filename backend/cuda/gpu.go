@@ -45,12 +45,33 @@ func tileTokens(m int) int {
 
 // decodeMaxM is the largest token count that takes the decode path (for
 // shapes the grouped path runs; K or N not a multiple of abiStageK always
-// take it).
-const decodeMaxM = 32
+// take it). Measured on the H200 at the Kimi shape (docs/PERF.md): the
+// decode path is faster up to 24 tokens (0.492 vs 0.508 ms), the grouped
+// path from 28 (0.526 vs 0.543 ms).
+const decodeMaxM = 24
 
 // useDecode reports whether a forward of m tokens takes the decode path.
 func (l *Layer) useDecode(m int) bool {
-	return m <= decodeMaxM || l.w.K%abiStageK != 0 || l.w.N%abiStageK != 0
+	return m <= l.decodeMaxM || l.w.K%abiStageK != 0 || l.w.N%abiStageK != 0
+}
+
+// SetDecodeMaxM sets the largest token count that takes the decode path
+// (default 24; -1: never where the shape allows the grouped path) and frees
+// the layer's workspaces. It exists to measure the crossover (kimimoe bench
+// --decode-max-m).
+func (l *Layer) SetDecodeMaxM(m int) error {
+	return l.b.locked(func() error {
+		if l.closed {
+			return fmt.Errorf("%w: the layer is closed", backend.ErrClosed)
+		}
+		l.decodeMaxM = m
+		var errs []error
+		for k, ws := range l.ws {
+			errs = append(errs, ws.free())
+			delete(l.ws, k)
+		}
+		return errors.Join(errs...)
+	})
 }
 
 // PathFor names the kernels a forward of m tokens runs: "decode" (weights
@@ -330,7 +351,7 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 	if err != nil {
 		return nil, err
 	}
-	l := &Layer{b: b, w: w, spec: spec, numGlobal: numGlobal, ws: map[int]*workspace{}}
+	l := &Layer{b: b, w: w, spec: spec, numGlobal: numGlobal, decodeMaxM: decodeMaxM, ws: map[int]*workspace{}}
 	err = b.locked(func() error {
 		if err := l.uploadWeights(); err != nil {
 			return err
@@ -389,19 +410,20 @@ func i32bytes(v []int32) []byte {
 // Layer is a prepared layer on the device. Its methods may be called from
 // several goroutines: every device call holds the backend's lock.
 type Layer struct {
-	b         *Backend
-	w         *moe.Weights
-	spec      moe.LayerSpec
-	numGlobal int
-	epRank    int
-	w31, w31s devptr
-	w2, w2s   devptr
-	params    devptr
-	d31, d31s devptr // FC1 and FC2 in the decode path's tiles
-	d2, d2s   devptr
-	ws        map[int]*workspace // per token count, at most MaxWorkspaces
-	uses      uint64             // forwards so far, for the LRU order
-	closed    bool
+	b          *Backend
+	w          *moe.Weights
+	spec       moe.LayerSpec
+	numGlobal  int
+	epRank     int
+	decodeMaxM int
+	w31, w31s  devptr
+	w2, w2s    devptr
+	params     devptr
+	d31, d31s  devptr // FC1 and FC2 in the decode path's tiles
+	d2, d2s    devptr
+	ws         map[int]*workspace // per token count, at most MaxWorkspaces
+	uses       uint64             // forwards so far, for the LRU order
+	closed     bool
 }
 
 // Input forms, which decide whether the forward quantizes x: a graph is

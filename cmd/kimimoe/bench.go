@@ -45,6 +45,7 @@ func runBench(args []string) error {
 	copyMB := fs.Int("copy-mb", 2048, "size of the copy used to measure bandwidth, MiB")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this file (- for stdout)")
 	profile := fs.Bool("profile", false, "also print one eager forward's time per kernel, per M")
+	decodeMaxM := fs.Int("decode-max-m", 0, "cuda: largest M on the decode path (0: the backend's choice; -1: never)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -92,6 +93,17 @@ func runBench(args []string) error {
 		return err
 	}
 	defer layer.Close()
+	if *decodeMaxM != 0 {
+		dl, ok := layer.(interface{ SetDecodeMaxM(int) error })
+		if !ok {
+			p.done()
+			return usagef("--decode-max-m: backend %q has no decode path", *name)
+		}
+		if err := dl.SetDecodeMaxM(*decodeMaxM); err != nil {
+			p.done()
+			return err
+		}
+	}
 	timer, ok := layer.(backend.Timer)
 	if !ok {
 		p.done()
