@@ -15,10 +15,9 @@ import (
 // to get wrong, and a compile on one goroutine cannot race a Close on
 // another. Device state lives in each Backend.
 var (
-	libMu      sync.Mutex
-	driverOK   bool // libcuda loaded and cuInit succeeded
-	nvrtcOK    bool
-	driverPath string
+	libMu    sync.Mutex
+	driverOK bool // libcuda loaded and cuInit succeeded
+	nvrtcOK  bool
 )
 
 func nvrtcCandidates() []string {
@@ -77,7 +76,7 @@ func loadDriver() error {
 	if err := cuInit(); err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrNoDriver, path, err)
 	}
-	driverOK, driverPath = true, path
+	driverOK = true
 	return nil
 }
 
