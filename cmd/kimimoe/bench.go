@@ -45,6 +45,8 @@ func runBench(args []string) error {
 	copyMB := fs.Int("copy-mb", 2048, "size of the copy used to measure bandwidth, MiB")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this file (- for stdout)")
 	profile := fs.Bool("profile", false, "also print one eager forward's time per kernel, per M")
+	plotPath := fs.String("plot", "", "also draw latency against M to this file (.svg, .png, .pdf)")
+	peersPath := fs.String("peers", "", "with --plot: a peer's JSON (peer_triton.json) to draw beside")
 	decodeMaxM := fs.Int("decode-max-m", 0, "cuda: largest M on the decode path (0: the backend's choice; -1: never)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -212,6 +214,19 @@ func runBench(args []string) error {
 				fmt.Fprintf(out, " %s %.4f", n, steps[n])
 			}
 			fmt.Fprintln(out)
+		}
+	}
+	if *plotPath != "" {
+		var peers *peerDoc
+		if *peersPath != "" {
+			peers = &peerDoc{}
+			if err := readJSON(*peersPath, peers); err != nil {
+				return err
+			}
+		}
+		doc := benchDoc{Backend: b.Name(), Device: b.Capabilities().Device, Date: time.Now().UTC().Format(time.RFC3339), Rows: rows}
+		if err := writePlot(*plotPath, &doc, peers); err != nil {
+			return err
 		}
 	}
 	if *jsonPath != "" {

@@ -9,6 +9,7 @@
 //	kimimoe plan --model kimi-k3 --tp 32 --ep 4 --dp 1 --tokens 8192 [--json]
 //	kimimoe bench --backend cuda [--m 1,128,512,2048,8192] [--rounds 20] [--json FILE|-]
 //	kimimoe chains [--m 1,128]
+//	kimimoe plot --bench bench.json [--peers peer_triton.json] --out FILE.svg
 //
 // Every subcommand takes -h, which prints its flags on stdout. Exit status:
 // 0 success, 1 a failure (a case failed, a device or file error), 2 a usage
@@ -44,6 +45,7 @@ func init() {
 		{"plan", "expert mapping and prefill communication of a deployment", runPlan},
 		{"bench", "time a backend at the Kimi EP32 shape against the floor", runBench},
 		{"chains", "how far the mxfp8 and flashinfer chains are from the exact chain (oracle)", runChains},
+		{"plot", "draw a bench JSON (and a peer's) as latency against M", runPlot},
 	}
 }
 

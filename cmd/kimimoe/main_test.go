@@ -311,3 +311,23 @@ func TestCheckpointToVerdict(t *testing.T) {
 		t.Errorf("missing layer: exit %d, %s", code, se.String())
 	}
 }
+
+// plot draws the committed bench JSON and peer JSON to an SVG; a bench
+// file with no rows is a usage error.
+func TestPlotCommand(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "bench.svg")
+	bench := filepath.Join("..", "..", "docs", "gpu-runs", "bench.json")
+	peers := filepath.Join("..", "..", "docs", "gpu-runs", "peer_triton.json")
+	if err := runPlot([]string{"--bench", bench, "--peers", peers, "--out", out}); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil || !bytes.Contains(data, []byte("<svg")) || !bytes.Contains(data, []byte("Triton peer")) {
+		t.Fatalf("plot: %v, %d bytes", err, len(data))
+	}
+	empty := filepath.Join(t.TempDir(), "empty.json")
+	os.WriteFile(empty, []byte(`{"rows": []}`), 0o644)
+	if err := runPlot([]string{"--bench", empty, "--out", out}); err == nil {
+		t.Error("a bench JSON without rows was plotted")
+	}
+}
