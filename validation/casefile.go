@@ -272,8 +272,10 @@ func ReadInput(f *safetensors.File, k int, route func(logits, bias []float32, m 
 			return nil, bad("routing \"router_logits\": %v", err)
 		}
 		in.M = m
-	default:
+	case route != nil:
 		return nil, bad("missing tensor \"topk_ids\" (with \"topk_weights\"), or \"router_logits\" to route")
+	default:
+		return nil, bad("missing tensor \"topk_ids\" (with \"topk_weights\")")
 	}
 	switch x, xq := f.Get("x"), f.Get("x_q"); {
 	case x != nil && xq != nil:
