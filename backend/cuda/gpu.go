@@ -351,6 +351,12 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 	if err != nil {
 		return nil, err
 	}
+	// The decode prologue counts experts in shared memory (4 bytes each, in
+	// the 48 KB a kernel gets without opting in to more).
+	if 4*(w.E+1) > 48<<10 {
+		return nil, fmt.Errorf("%w: backend \"cuda\" runs at most %d local experts, have %d; use the %q backend",
+			backend.ErrUnsupported, 48<<10/4-1, w.E, backend.GoName)
+	}
 	l := &Layer{b: b, w: w, spec: spec, numGlobal: numGlobal, decodeMaxM: decodeMaxM, ws: map[int]*workspace{}}
 	err = b.locked(func() error {
 		if err := l.uploadWeights(); err != nil {
