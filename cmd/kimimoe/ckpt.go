@@ -2,6 +2,9 @@ package main
 
 import (
 	"fmt"
+	"math"
+
+	"kimimoe/activation"
 
 	"kimimoe/checkpoint"
 	"kimimoe/moe"
@@ -16,21 +19,57 @@ type ckptFlags struct {
 	dir, inputs, chain, recipe *string
 	layer, epSize, epRank      *int
 	tp, tpRank, topk           *int
+	activation                 *string
+	params                     map[string]*float64 // overrides; NaN: the format's
 }
 
 func addCkptFlags(fs *flagSet) *ckptFlags {
 	return &ckptFlags{
-		dir:    fs.String("checkpoint", "", "checkpoint directory (model.safetensors or shards with model.safetensors.index.json)"),
-		layer:  fs.Int("layer", -1, "the MoE layer to load"),
-		epSize: fs.Int("ep-size", 1, "expert-parallel size"),
-		epRank: fs.Int("ep-rank", 0, "expert-parallel rank"),
-		tp:     fs.Int("moe-tp", 1, "MoE tensor-parallel size (an N/moe-tp slice of each expert)"),
-		tpRank: fs.Int("moe-tp-rank", 0, "MoE tensor-parallel rank"),
-		inputs: fs.String("inputs", "", "inputs: x (F32/BF16/F16) or x_q + x_scale; topk_ids + topk_weights, or router_logits [M, E] (+ correction_bias [E])"),
-		topk:   fs.Int("topk", 0, "top-k when routing router_logits (default: the format's, Kimi-K3 16, GPT-OSS 4)"),
-		chain:  fs.String("chain", "mxfp8", "precision chain: exact, mxfp8, flashinfer (check: default the case's)"),
-		recipe: fs.String("recipe", "rceil", "MX scale recipe for x and the intermediate: floor, rceil"),
+		dir:        fs.String("checkpoint", "", "checkpoint directory (model.safetensors or shards with model.safetensors.index.json)"),
+		layer:      fs.Int("layer", -1, "the MoE layer to load"),
+		epSize:     fs.Int("ep-size", 1, "expert-parallel size"),
+		epRank:     fs.Int("ep-rank", 0, "expert-parallel rank"),
+		tp:         fs.Int("moe-tp", 1, "MoE tensor-parallel size (an N/moe-tp slice of each expert)"),
+		tpRank:     fs.Int("moe-tp-rank", 0, "MoE tensor-parallel rank"),
+		inputs:     fs.String("inputs", "", "inputs: x (F32/BF16/F16) or x_q + x_scale; topk_ids + topk_weights, or router_logits [M, E] (+ correction_bias [E])"),
+		topk:       fs.Int("topk", 0, "top-k when routing router_logits (default: the format's, Kimi-K3 16, GPT-OSS 4)"),
+		chain:      fs.String("chain", "mxfp8", "precision chain: exact, mxfp8, flashinfer (check: default the case's)"),
+		recipe:     fs.String("recipe", "rceil", "MX scale recipe for x and the intermediate: floor, rceil"),
+		activation: fs.String("activation", "", "activation kind (default: the format's, Kimi-K3 situ, GPT-OSS swiglu_oai)"),
+		params: map[string]*float64{
+			"situ-beta":        fs.Float64("situ-beta", math.NaN(), "SiTU beta (default: the format's)"),
+			"situ-linear-beta": fs.Float64("situ-linear-beta", math.NaN(), "SiTU linear beta (default: the format's)"),
+			"swiglu-alpha":     fs.Float64("swiglu-alpha", math.NaN(), "GPT-OSS SwiGLU alpha (default: the format's)"),
+			"swiglu-beta":      fs.Float64("swiglu-beta", math.NaN(), "GPT-OSS SwiGLU beta, added to up (default: the format's)"),
+			"swiglu-limit":     fs.Float64("swiglu-limit", math.NaN(), "SwiGLU clamp limit (default: the format's)"),
+		},
 	}
+}
+
+// override applies --activation and the parameter flags to spec.
+func (cf *ckptFlags) override(spec *moe.LayerSpec) error {
+	if *cf.activation != "" {
+		k, err := activation.ParseKind(*cf.activation)
+		if err != nil {
+			return asUsage(err)
+		}
+		if k.IsGated() != spec.Activation.IsGated() {
+			return usagef("--activation %v: the checkpoint's FC1 is gated=%v", k, spec.Activation.IsGated())
+		}
+		spec.Activation = k
+	}
+	p := spec.Params[0]
+	for name, field := range map[string]*float64{"situ-beta": &p.SituBeta, "situ-linear-beta": &p.SituLinearBeta,
+		"swiglu-alpha": &p.SwigluAlpha, "swiglu-beta": &p.SwigluBeta, "swiglu-limit": &p.SwigluLimit} {
+		if v := *cf.params[name]; !math.IsNaN(v) {
+			*field = v
+		}
+	}
+	if err := p.Validate(spec.Activation); err != nil {
+		return asUsage(err)
+	}
+	spec.Params = []activation.Params{p}
+	return nil
 }
 
 // load builds the case: the layer's weights from the checkpoint, the
@@ -58,6 +97,9 @@ func (cf *ckptFlags) load() (*validation.Case, error) {
 		return nil, asUsage(err)
 	}
 	l.Spec.Chain, l.Spec.Recipe = chain, recipe
+	if err := cf.override(&l.Spec); err != nil {
+		return nil, err
+	}
 	router := moe.Router{NumExperts: l.NumExperts, TopK: 16, Scoring: moe.ScoringSigmoid, Renormalize: true} // Kimi-K3
 	if l.Format == checkpoint.FormatGPTOSS {
 		// GPT-OSS: softmax over the top-k logits, which is softmax over all

@@ -305,8 +305,18 @@ func TestCheckpointToVerdict(t *testing.T) {
 	if err != nil || c.Weights.W31Bias == nil || c.Input.TopK != 4 || c.Spec.Activation != activation.SwigluBias {
 		t.Fatalf("case file: %v %+v", err, c)
 	}
-	// The routing of the logits is GPT-OSS's: top-4 by logit, softmax over them.
+	// Parameter overrides reach the case; a bad one is a usage error.
 	var so, se strings.Builder
+	c2 := filepath.Join(dir, "case2.safetensors")
+	if code := dispatch([]string{"case", "--checkpoint", ck, "--layer", "2", "--inputs", inputs, "--swiglu-limit", "5", "--out", c2}, &so, &se); code != 0 {
+		t.Fatalf("case with --swiglu-limit: exit %d %s", code, se.String())
+	}
+	if cc, err := validation.ReadCase(c2); err != nil || cc.Spec.Params[0].SwigluLimit != 5 || cc.Spec.Params[0].SwigluAlpha != 1.702 {
+		t.Errorf("--swiglu-limit 5: %v %+v", err, cc.Spec.Params)
+	}
+	if code := dispatch([]string{"case", "--checkpoint", ck, "--layer", "2", "--inputs", inputs, "--activation", "relu2", "--out", c2}, &so, &se); code != 2 {
+		t.Errorf("a non-gated activation for a gated checkpoint: exit %d", code)
+	}
 	if code := dispatch([]string{"case", "--checkpoint", ck, "--layer", "7", "--inputs", inputs, "--out", filepath.Join(dir, "c2")}, &so, &se); code != 2 || !strings.Contains(se.String(), "no experts of layer 7") {
 		t.Errorf("missing layer: exit %d, %s", code, se.String())
 	}
