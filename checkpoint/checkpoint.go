@@ -308,14 +308,20 @@ func (c *Checkpoint) loadKimi(opts Options) (*Layer, error) {
 			return nil, bad("%s: layer %d has %d experts but no expert %d (%s%d.w1.weight_packed)", c.Dir, opts.Layer, numExperts, e, prefix, e)
 		}
 	}
-	// Shapes from expert 0: w1.weight_packed [N, K/2].
-	w1, err := c.tensor(prefix+"0.w1.weight_packed", 0, -1, []int{-1, -1}, safetensors.U8)
+	// Shapes from expert 0's header entry (no data read): w1.weight_packed
+	// [N, K/2].
+	name0 := prefix + "0.w1.weight_packed"
+	r0, shard0, err := c.reader(name0)
 	if err != nil {
 		return nil, err
 	}
-	n, k := w1.Shape[0], 2*w1.Shape[1]
+	e0 := r0.Find(name0)
+	if len(e0.Shape) != 2 {
+		return nil, bad("tensor %q in %s has shape %v, want [N, K/2]", name0, shard0, e0.Shape)
+	}
+	n, k := e0.Shape[0], 2*e0.Shape[1]
 	if n%32 != 0 || k%32 != 0 || n == 0 || k == 0 {
-		return nil, bad("tensor %q has shape %v: N=%d and K=%d must be positive multiples of 32", prefix+"0.w1.weight_packed", w1.Shape, n, k)
+		return nil, bad("tensor %q in %s has shape %v: N=%d and K=%d must be positive multiples of 32", name0, shard0, e0.Shape, n, k)
 	}
 	first, count, n0, nn, err := slices(opts, numExperts, n)
 	if err != nil {
