@@ -308,9 +308,17 @@ func (c *Checkpoint) loadKimi(opts Options) (*Layer, error) {
 			return nil, bad("%s: layer %d has %d experts but no expert %d (%s%d.w1.weight_packed)", c.Dir, opts.Layer, numExperts, e, prefix, e)
 		}
 	}
-	// Shapes from expert 0's header entry (no data read): w1.weight_packed
-	// [N, K/2].
-	name0 := prefix + "0.w1.weight_packed"
+	// The rank's experts first, then the shapes from the first one's header
+	// entry (no data read), so that a rank touches only its own experts.
+	ep := opts.EP.Normalize()
+	count, err := moe.LocalExperts(numExperts, ep.Size)
+	if err != nil {
+		return nil, err
+	}
+	if err := ep.Validate(); err != nil {
+		return nil, err
+	}
+	name0 := prefix + strconv.Itoa(ep.Rank*count) + ".w1.weight_packed"
 	r0, shard0, err := c.reader(name0)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
 	"os"
@@ -325,5 +326,46 @@ func TestKimiLayoutAgainstTorchGolden(t *testing.T) {
 	}
 	if rms := math.Sqrt(ss / float64(len(ref))); worst > 1e-12*rms {
 		t.Fatalf("loaded Kimi layout differs from the torch reference by %.3g (RMS %.3g)", worst, rms)
+	}
+}
+
+// A rank reads only its own experts: with experts 0 and 1 in a shard that
+// is then deleted, EP rank 1 of 2 (experts 2 and 3) still loads, in both
+// layouts' worth of sharding (Kimi's per-expert tensors here).
+func TestRankReadsOnlyItsExperts(t *testing.T) {
+	w := source(t)
+	w.W31Bias, w.W2Bias = nil, nil
+	ts := kimiTensors(w, 0, "mlp")
+	dir := t.TempDir()
+	var a, b []*safetensors.Tensor
+	wm := map[string]string{}
+	for _, x := range ts {
+		if strings.Contains(x.Name, ".experts.0.") || strings.Contains(x.Name, ".experts.1.") {
+			a = append(a, x)
+			wm[x.Name] = "a.safetensors"
+		} else {
+			b = append(b, x)
+			wm[x.Name] = "b.safetensors"
+		}
+	}
+	must(t, safetensors.WriteFile(filepath.Join(dir, "a.safetensors"), a, nil))
+	must(t, safetensors.WriteFile(filepath.Join(dir, "b.safetensors"), b, nil))
+	idx, _ := json.Marshal(map[string]any{"weight_map": wm})
+	must(t, os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), idx, 0o644))
+	must(t, os.Remove(filepath.Join(dir, "a.safetensors")))
+	ck, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	l, err := ck.Load(Options{Layer: 0, EP: moe.EP{Size: 2, Rank: 1}})
+	if err != nil {
+		t.Fatalf("rank 1 needed a shard of rank 0's experts: %v", err)
+	}
+	if d := cmp.Diff(want(w, moe.EP{Size: 2, Rank: 1}, 1, 0, false), l.Weights); d != "" {
+		t.Fatalf("rank 1's experts (-want +got):\n%s", d)
+	}
+	if _, err := ck.Load(Options{Layer: 0, EP: moe.EP{Size: 2, Rank: 0}}); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("rank 0 without its shard: %v", err)
 	}
 }
