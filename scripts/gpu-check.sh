@@ -5,7 +5,8 @@
 # conformance on the GPU, the lifecycle and widening tests, NVRTC compiles
 # of the sm_90 and sm_120a bodies), kimimoe (the command), and the
 # examples. Copy the peer script there too (peer_moe.py, the Triton MoE
-# measured beside kimimoe in the same call).
+# measured beside kimimoe in the same call); docs/PERF.md says the two
+# one-line changes made to the copy so that it measures M = 2..32 as well.
 # Then, through the device tool, with carry [".gpu"]:
 #   bash scripts/gpu-check.sh run
 # which writes at most 8 files under $OUT: run.log, cuda_test.log, the
@@ -38,7 +39,7 @@ timeout 60 .gpu/kimimoe validate --backend cuda --suite smoke --activation swigl
 timeout 120 .gpu/kimimoe bench --backend cuda --profile --rounds 20 --json "$OUT/bench.json" 2>&1 | tee -a "$log"
 if [ -f .gpu/peer_moe.py ]; then
   mkdir -p /tmp/peer
-  OUT=/tmp/peer PYTHONUNBUFFERED=1 timeout 200 python3 .gpu/peer_moe.py > /tmp/peer/stdout.txt 2>&1
+  OUT=/tmp/peer PEER_MS=1,2,4,8,16,32,128,512,2048,8192 PYTHONUNBUFFERED=1 timeout 200 python3 .gpu/peer_moe.py > /tmp/peer/stdout.txt 2>&1
   cp /tmp/peer/peer_triton.json "$OUT/" 2>/dev/null
   grep -A12 "triton_ms" /tmp/peer/stdout.txt | tee -a "$log"
 fi
