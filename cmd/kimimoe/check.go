@@ -46,7 +46,6 @@ func runCheck(args []string) error {
 	fs := newFlags("check", "--case CASE.safetensors | --checkpoint DIR --layer L --inputs IN.safetensors; --candidate OUT.safetensors [--tensor out] [--min-cosine C --max-nrmse E] [--json FILE|-]")
 	casePath := fs.String("case", "", "the case file (inputs, weights, metadata)")
 	cf := addCkptFlags(fs)
-	*cf.chain = "" // check's --chain defaults to the case's
 	candPath := fs.String("candidate", "", "safetensors file holding the candidate output [M, K] (F32, BF16 or F16)")
 	tensor := fs.String("tensor", "out", "name of the candidate tensor")
 	minCos := fs.Float64("min-cosine", backend.MinCosine, "pass threshold: cosine at least this")
@@ -56,7 +55,6 @@ func runCheck(args []string) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	chainName := cf.chain
 	if (*casePath == "") == (*cf.dir == "") || *candPath == "" {
 		return usagef("--candidate and one of --case or --checkpoint are required")
 	}
@@ -71,23 +69,19 @@ func runCheck(args []string) error {
 	// errors here: exit 2, as for a bad flag.
 	var c *validation.Case
 	var err error
-	if *casePath != "" {
+	fromCase := *casePath != ""
+	if fromCase {
 		if c, err = validation.ReadCase(*casePath); err != nil {
 			return asUsage(err)
 		}
 	} else {
-		chain := *cf.chain
-		if chain == "" {
-			*cf.chain = "mxfp8"
-		}
-		if c, err = cf.load(); err != nil {
+		if c, err = cf.load(); err != nil { // applies --chain itself
 			return err
 		}
-		*cf.chain = chain
 		*casePath = c.Name
 	}
-	if *chainName != "" {
-		if c.Spec.Chain, err = moe.ParseChain(*chainName); err != nil {
+	if fromCase && *cf.chain != "" { // --chain overrides the case file's
+		if c.Spec.Chain, err = moe.ParseChain(*cf.chain); err != nil {
 			return asUsage(err)
 		}
 	}

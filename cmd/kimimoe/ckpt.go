@@ -79,9 +79,12 @@ func (cf *ckptFlags) load() (*validation.Case, error) {
 	if *cf.dir == "" || *cf.inputs == "" || *cf.layer < 0 {
 		return nil, usagef("--checkpoint, --layer and --inputs are required")
 	}
-	chain, err := moe.ParseChain(*cf.chain)
-	if err != nil {
-		return nil, asUsage(err)
+	chain := moe.ChainMXFP8
+	if *cf.chain != "" {
+		var err error
+		if chain, err = moe.ParseChain(*cf.chain); err != nil {
+			return nil, asUsage(err)
+		}
 	}
 	recipe, err := mxfp.ParseRecipe(*cf.recipe)
 	if err != nil {

@@ -214,6 +214,8 @@ func TestCheckCommand(t *testing.T) {
 		{"bf16", []string{"--candidate", write("bf16.st", safetensors.BF16, want, out.Shape)}, 0, "rounded to BF16"},
 		{"f16", []string{"--candidate", write("f16.st", safetensors.F16, want, out.Shape)}, 0, "rounded to F16"},
 		{"off by 1%", []string{"--candidate", write("off.st", safetensors.F32, off, out.Shape)}, 1, "FAIL: [NRMSE"},
+		// --chain overrides the case's: the mxfp8 output is ~2% off the exact chain.
+		{"other chain", []string{"--candidate", write("f32c.st", safetensors.F32, want, out.Shape), "--chain", "exact"}, 1, "chain exact"},
 		{"wrong tensor", []string{"--candidate", write("f32b.st", safetensors.F32, want, out.Shape), "--tensor", "y"}, 2, `has no tensor "y"`},
 		{"wrong shape", []string{"--candidate", write("shape.st", safetensors.F32, want, []int{out.Shape[1], out.Shape[0]})}, 2, "shape"},
 		{"missing candidate", []string{"--candidate", filepath.Join(dir, "nope")}, 2, "no such file"},
