@@ -209,7 +209,6 @@ type Layer struct {
 	Weights    *moe.Weights
 	Spec       moe.LayerSpec
 	NumExperts int // global
-	Names      string
 }
 
 var (
@@ -376,7 +375,7 @@ func (c *Checkpoint) loadKimi(opts Options) (*Layer, error) {
 	kimi := moe.KimiK3()
 	spec := moe.LayerSpec{Activation: activation.Situ, Params: []activation.Params{kimi.Params}, Chain: moe.ChainMXFP8,
 		Recipe: defaultRecipe, EP: opts.EP.Normalize()}
-	return &Layer{Format: FormatKimi, Weights: w, Spec: spec, NumExperts: numExperts, Names: prefix + "<e>.{w1,w2,w3}.weight_{packed,scale}"}, nil
+	return &Layer{Format: FormatKimi, Weights: w, Spec: spec, NumExperts: numExperts}, nil
 }
 
 func (c *Checkpoint) loadGPTOSS(opts Options) (*Layer, error) {
@@ -461,7 +460,7 @@ func (c *Checkpoint) loadGPTOSS(opts Options) (*Layer, error) {
 	p.SwigluAlpha, p.SwigluBeta, p.SwigluLimit = 1.702, 1, 7
 	spec := moe.LayerSpec{Activation: activation.SwigluBias, Params: []activation.Params{p}, Chain: moe.ChainMXFP8,
 		Recipe: defaultRecipe, EP: opts.EP.Normalize()}
-	return &Layer{Format: FormatGPTOSS, Weights: w, Spec: spec, NumExperts: numExperts, Names: prefix + "{gate_up,down}_proj_{blocks,scales,bias}"}, nil
+	return &Layer{Format: FormatGPTOSS, Weights: w, Spec: spec, NumExperts: numExperts}, nil
 }
 
 // defaultRecipe is the spec's recipe until the caller sets one: rceil, as

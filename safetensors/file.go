@@ -127,9 +127,6 @@ func (r *Reader) safely(f func() (*Header, error)) (h *Header, err error) {
 	return f()
 }
 
-// Path is the path the Reader was opened with.
-func (r *Reader) Path() string { return r.path }
-
 // Tensor reads the named tensor into memory of its own (it does not alias
 // the file). A missing name returns (nil, nil).
 func (r *Reader) Tensor(name string) (*Tensor, error) {

@@ -98,20 +98,6 @@ func (s *CaseSpec) Validate() error {
 	return nil
 }
 
-// Bytes estimates the memory GenerateCase and the oracle need for the case:
-// x, routing, the weights and the oracle's decoded weights (one byte per
-// element), and the oracle's per-pair intermediate buffers.
-func (s *CaseSpec) Bytes() float64 {
-	gated := 1.0
-	if s.Activation.IsGated() {
-		gated = 2
-	}
-	weights := float64(s.ELocal) * (gated + 1) * float64(s.N) * float64(s.K) * (0.5 + 1.0/32 + 1)
-	inputs := float64(s.M) * float64(s.K) * (4 + 8 + 1)
-	pairs := float64(s.M) * float64(s.TopK) * float64(8+8*s.K)
-	return float64(weights) + float64(inputs) + float64(pairs)
-}
-
 // GenerateWeights makes random MXFP4 weights for spec: uniform random E2M1
 // codes; E8M0 scales spread over three binades around a level chosen so that
 // GEMM1 outputs have an RMS near 3 (where SiTU's gate is neither linear nor
