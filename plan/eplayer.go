@@ -1,0 +1,73 @@
+package plan
+
+import (
+	"fmt"
+	"math"
+
+	"kimimoe/moe"
+)
+
+// EPLayer is one MoE layer whose experts are spread over Devices GPUs by
+// expert parallelism (kimimoe's backend/cuda Group): each device holds
+// Experts/Devices contiguous experts, every token has TopK slots over all
+// Experts, and the layer's output is float32 [Tokens, Hidden].
+type EPLayer struct {
+	Devices, Tokens, Hidden, TopK, Experts int
+}
+
+// Validate checks the sizes: positive, experts dividing over the devices,
+// top-k at most the expert count, Hidden a multiple of 32.
+func (l EPLayer) Validate() error {
+	if l.Devices < 1 || l.Tokens < 0 || l.Hidden < 32 || l.Hidden%32 != 0 || l.TopK < 1 || l.Experts < l.TopK {
+		return fmt.Errorf("%w: EP layer %+v: want devices >= 1, tokens >= 0, hidden a positive multiple of 32, 1 <= top-k <= experts", moe.ErrParallel, l)
+	}
+	if l.Experts%l.Devices != 0 {
+		return fmt.Errorf("%w: %d experts do not divide over %d devices", moe.ErrParallel, l.Experts, l.Devices)
+	}
+	return nil
+}
+
+// ReplicatedBytes is what each device sends in replicated mode: every
+// device has all tokens, computes a float32 partial output [Tokens,
+// Hidden], and a ring all-reduce sums them, sending 2(D-1)/D of it per
+// device (reduce-scatter, then all-gather).
+func (l EPLayer) ReplicatedBytes() float64 {
+	d := float64(l.Devices)
+	return 2 * (d - 1) / d * float64(l.Tokens) * float64(l.Hidden) * 4
+}
+
+// ReachProbability is the chance that a token with TopK distinct experts
+// drawn uniformly from Experts has at least one on a given device (which
+// holds Experts/Devices of them): 1 - C(E - E/D, k) / C(E, k).
+func (l EPLayer) ReachProbability() float64 {
+	e, k := l.Experts, l.TopK
+	miss := e - e/l.Devices
+	if k > miss {
+		return 1
+	}
+	lg := func(n, r int) float64 { // log C(n, r)
+		a, _ := math.Lgamma(float64(n + 1))
+		b, _ := math.Lgamma(float64(r + 1))
+		c, _ := math.Lgamma(float64(n - r + 1))
+		return a - b - c
+	}
+	return 1 - math.Exp(lg(miss, k)-lg(e, k))
+}
+
+// DispatchBytes is what each device sends in dispatch mode, expected under
+// uniform routing with the tokens spread evenly over their home devices:
+// to each of the D-1 other devices, its home tokens that reach it (x as
+// MXFP8: Hidden codes and Hidden/32 scales, plus top-k ids and weights,
+// 4 bytes each), and back, the float32 partial outputs of the tokens it
+// received.
+func (l EPLayer) DispatchBytes() float64 {
+	d := float64(l.Devices)
+	reached := float64(l.Tokens) / d * l.ReachProbability() * (d - 1)
+	h := float64(l.Hidden)
+	return reached*(h+h/32+8*float64(l.TopK)) + reached*4*h
+}
+
+// Seconds is the time to move bytes at a device's send bandwidth bw
+// (bytes/s; for the all-reduce, NCCL's bus bandwidth measured on the same
+// link): bytes / bw, no latency term.
+func Seconds(bytes, bw float64) float64 { return bytes / bw }
