@@ -248,6 +248,24 @@ const (
 	abiDecodeScales  = 16 * abiStageK / 32
 )
 
+// Expert parallelism across devices (group.go): gather the rows a device
+// sends, and add the partial outputs that come back into the home rows.
+type gatherRowsArgs struct {
+	Src   devptr `c:"const u8*"`
+	Dst   devptr `c:"u8*"`
+	Idx   devptr `c:"const int*"`
+	Width int32  // bytes per row
+	Pad   int32  `cname:"unused"`
+}
+
+type addRowsArgs struct {
+	Dst   devptr `c:"float*"`
+	Src   devptr `c:"const float*"`
+	Idx   devptr `c:"const int*"`
+	Width int32  // float32 values per row
+	Pad   int32  `cname:"unused"`
+}
+
 // testWiden4Args: the exhaustive test of the E2M1 -> E4M3 widening.
 type testWiden4Args struct {
 	Out devptr `c:"u32*"`
@@ -273,6 +291,8 @@ var (
 	kFinalize     = spec[finalizeArgs]("kmoe_finalize")
 	kDecPrologue  = spec[decodePrologueArgs]("kmoe_decode_prologue")
 	kTestWiden4   = spec[testWiden4Args]("kmoe_test_widen4")
+	kGatherRows   = spec[gatherRowsArgs]("kmoe_gather_rows")
+	kAddRows      = spec[addRowsArgs]("kmoe_add_rows")
 	kDecGemm1     = map[int]kernelSpec{1: spec[decodeGemm1Args]("kmoe_decode_gemm1_n1"), 2: spec[decodeGemm1Args]("kmoe_decode_gemm1_n2"), 4: spec[decodeGemm1Args]("kmoe_decode_gemm1_n4")}
 	kDecGemm2     = map[int]kernelSpec{1: spec[decodeGemm2Args]("kmoe_decode_gemm2_n1"), 2: spec[decodeGemm2Args]("kmoe_decode_gemm2_n2"), 4: spec[decodeGemm2Args]("kmoe_decode_gemm2_n4")}
 )
@@ -282,7 +302,7 @@ var (
 var decodeSubtiles = []int{1, 2, 4}
 
 var kernelSpecs = []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize,
-	kDecPrologue, kDecGemm1[1], kDecGemm1[2], kDecGemm1[4], kDecGemm2[1], kDecGemm2[2], kDecGemm2[4], kTestWiden4}
+	kDecPrologue, kDecGemm1[1], kDecGemm1[2], kDecGemm1[4], kDecGemm2[1], kDecGemm2[2], kDecGemm2[4], kTestWiden4, kGatherRows, kAddRows}
 
 // cName is a struct's C name: quantizeXArgs -> QuantizeXArgs.
 func cName(t reflect.Type) string {
@@ -374,7 +394,7 @@ func abiHeader() string {
 		fmt.Fprintf(&b, "#define KMOE_ACT_%s %d\n", strings.ToUpper(k.String()), activationCode(k))
 	}
 	for _, t := range []reflect.Type{kQuantizeX.args, kRouteCount.args, kRouteScatter.args, kGemm1Small.args, kGemm2Small.args, kFinalize.args,
-		kDecPrologue.args, kDecGemm1[1].args, kDecGemm2[1].args, kTestWiden4.args} {
+		kDecPrologue.args, kDecGemm1[1].args, kDecGemm2[1].args, kTestWiden4.args, kGatherRows.args, kAddRows.args} {
 		b.WriteString(cStruct(t))
 	}
 	b.WriteString("// End of the generated ABI.\n")

@@ -48,6 +48,7 @@ typedef struct {
 	CUresult (*cuStreamCreate)(CUstream*, unsigned int);
 	CUresult (*cuStreamDestroy)(CUstream);
 	CUresult (*cuStreamSynchronize)(CUstream);
+	CUresult (*cuStreamQuery)(CUstream);
 	CUresult (*cuEventCreate)(CUevent*, unsigned int);
 	CUresult (*cuEventDestroy)(CUevent);
 	CUresult (*cuEventRecord)(CUevent, CUstream);
@@ -122,6 +123,7 @@ static const char* kmoe_load_cuda(const char* path) {
 	SYM(t, cuStreamCreate, "cuStreamCreate");
 	SYM(t, cuStreamDestroy, "cuStreamDestroy_v2");
 	SYM(t, cuStreamSynchronize, "cuStreamSynchronize");
+	SYM(t, cuStreamQuery, "cuStreamQuery");
 	SYM(t, cuEventCreate, "cuEventCreate");
 	SYM(t, cuEventDestroy, "cuEventDestroy_v2");
 	SYM(t, cuEventRecord, "cuEventRecord");
@@ -184,6 +186,7 @@ static CUresult k_cuMemsetD32Async(CUdeviceptr d, unsigned v, size_t n, CUstream
 static CUresult k_cuStreamCreate(CUstream* s) { return cu.cuStreamCreate(s, 1); } // non-blocking
 static CUresult k_cuStreamDestroy(CUstream s) { return cu.cuStreamDestroy(s); }
 static CUresult k_cuStreamSynchronize(CUstream s) { return cu.cuStreamSynchronize(s); }
+static CUresult k_cuStreamQuery(CUstream s) { return cu.cuStreamQuery(s); }
 static CUresult k_cuEventCreate(CUevent* e) { return cu.cuEventCreate(e, 0); }
 static CUresult k_cuEventDestroy(CUevent e) { return cu.cuEventDestroy(e); }
 static CUresult k_cuEventRecord(CUevent e, CUstream s) { return cu.cuEventRecord(e, s); }
@@ -376,6 +379,15 @@ func cuStreamCreate() (cuStream, error) {
 
 func cuStreamDestroy(s cuStream) error { return check("cuStreamDestroy", C.k_cuStreamDestroy(s)) }
 func cuStreamSync(s cuStream) error    { return check("cuStreamSynchronize", C.k_cuStreamSynchronize(s)) }
+
+// cuStreamQuery reports whether everything issued to s has finished.
+func cuStreamQuery(s cuStream) (done bool, err error) {
+	r := C.k_cuStreamQuery(s)
+	if r == 600 { // CUDA_ERROR_NOT_READY
+		return false, nil
+	}
+	return true, check("cuStreamQuery", r)
+}
 
 func cuEventCreate() (cuEvent, error) {
 	var e C.CUevent

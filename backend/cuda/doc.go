@@ -87,6 +87,52 @@
 //
 // Each Backend holds one context (the device's primary context), one
 // stream and its own buffers; there is no package-level device state
-// beyond the loaded library table, so several devices can be driven by
-// several Backends.
+// beyond the loaded library tables, so several devices can be driven by
+// several Backends (OpenDevice opens a given ordinal).
+//
+// # Several GPUs: expert parallelism through NCCL
+//
+// NCCL is loaded like the driver, at the first group call: $KIMIMOE_LIBNCCL
+// if set (and only it), else libnccl.so.2, then libnccl.so; a failure wraps
+// ErrNoNCCL with dlopen's message or the missing symbol, and a failed NCCL
+// call is an *NCCLError with NCCL's string and the communicator's last
+// error. A Group is one MoE layer spread over D devices, and a
+// backend.Backend: Prepare takes one EP rank's layer (weights and spec, as
+// for one device) and gives device i the local experts [i*E/D,
+// (i+1)*E/D), which makes it EP rank Rank*D+i of Size*D (moe.SplitDevices;
+// E not divisible by D is ErrUnsupported wrapping moe.ErrParallel). Each
+// device has its own Backend (context, stream, compiled module), its
+// share of the weights in the one-device layout, and an NCCL communicator.
+//
+// Two modes (Mode). Replicated: every device gets all M tokens and their
+// routing, runs its experts (other devices' slots are filtered as another
+// rank's), and an all-reduce sums the float32 partial outputs in place.
+// Dispatch: token t's home is device floor(t / ceil(M/D)); the home
+// quantizes x to MXFP8 (the layer's recipe; the same codes the layer
+// would make), sends each token, with its ids and weights, once to every
+// device that owns one of its experts (NCCL send/receive in one group,
+// after the send counts are all-gathered at upload), the devices run
+// their experts on what they received, send each token's partial output
+// back, and the home adds them in device order. Forward then all-gathers
+// the home rows so that every device holds the whole output.
+//
+// Sums. One device adds a token's slots in slot order; a group adds each
+// device's slots in slot order, then the D partial sums (all-reduce, or
+// the home's device-order adds, which for two devices are the same a + b).
+// The output can therefore differ from one device's by float32
+// reassociation; measured on two H200s, the two modes agree with each
+// other bitwise and with one device within cosine 0.999999 and NRMSE 1e-6
+// (docs/PERF.md). Run to run the group is bitwise deterministic.
+//
+// Starting a group: OpenGroup(devices) drives every device from this
+// process (ncclCommInitAll, one goroutine per device); OpenRank(id, rank,
+// size, device) is one process per device, the unique id made by rank 0
+// (NewUniqueID) and passed through a file (WriteUniqueIDFile,
+// ReadUniqueIDFile) or derived on every rank from NCCL_COMM_ID. Several
+// nodes work the same way (README "Several GPUs"). Forward is collective:
+// every rank calls it with the same input. GroupOptions.Timeout bounds the
+// setup and every wait: a peer that never joins or dies mid-collective
+// gives ErrTimeout and an aborted communicator, not a hang. Collectives
+// are launched eagerly (no CUDA graphs). kimimoe never asks for NVLink
+// multicast (set NCCL_NVLS_ENABLE=0 where it must stay off).
 package cuda

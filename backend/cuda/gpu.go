@@ -115,6 +115,8 @@ type kernels struct {
 	decPrologue  kernel[decodePrologueArgs]
 	decGemm1     map[int]kernel[decodeGemm1Args] // by token subtiles
 	decGemm2     map[int]kernel[decodeGemm2Args]
+	gatherRows   kernel[gatherRowsArgs]
+	addRows      kernel[addRowsArgs]
 }
 
 func loadKernels(m cuModule) (*kernels, error) {
@@ -147,6 +149,10 @@ func loadKernels(m cuModule) (*kernels, error) {
 		add(err)
 		k.decGemm1[ns], k.decGemm2[ns] = g1, g2
 	}
+	k.gatherRows, err = bind[gatherRowsArgs](m, kGatherRows)
+	add(err)
+	k.addRows, err = bind[addRowsArgs](m, kAddRows)
+	add(err)
 	return k, errors.Join(errs...)
 }
 
@@ -173,20 +179,44 @@ func Open() (*Backend, error) {
 	if err := acquire(); err != nil {
 		return nil, err
 	}
-	return open()
-}
-
-func open() (*Backend, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	n, err := cuDeviceCount()
-	if err != nil || n == 0 {
-		return nil, fmt.Errorf("%w (%d devices: %v)", ErrNoDevice, n, err)
+	n, err := deviceCount()
+	if err != nil {
+		return nil, err
 	}
 	ord, err := deviceOrdinal(os.Getenv("KIMIMOE_DEVICE"), n)
 	if err != nil {
 		return nil, err
 	}
+	return open(ord)
+}
+
+// OpenDevice opens device ordinal ord, ignoring $KIMIMOE_DEVICE.
+func OpenDevice(ord int) (*Backend, error) {
+	if err := acquire(); err != nil {
+		return nil, err
+	}
+	n, err := deviceCount()
+	if err != nil {
+		return nil, err
+	}
+	if ord < 0 || ord >= n {
+		return nil, fmt.Errorf("%w: device %d: this machine has %d device(s)", ErrNoDevice, ord, n)
+	}
+	return open(ord)
+}
+
+// deviceCount is the number of devices; none is ErrNoDevice.
+func deviceCount() (int, error) {
+	n, err := cuDeviceCount()
+	if err != nil || n == 0 {
+		return 0, fmt.Errorf("%w (%d devices: %v)", ErrNoDevice, n, err)
+	}
+	return n, nil
+}
+
+func open(ord int) (*Backend, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	dev, err := cuDeviceGet(ord)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoDevice, err)
@@ -764,12 +794,18 @@ func (l *Layer) Profile(m int) (out map[string]float64, err error) {
 // download copies the requested rows of the output into dst: straight into
 // dst for all rows, through one result-sized buffer for a subset.
 func (l *Layer) download(dst []float32, ws *workspace, rows []int) error {
+	return l.downloadFrom(dst, ws.out, ws.m, rows)
+}
+
+// downloadFrom copies the requested rows of the [m, K] float32 output at
+// src into dst.
+func (l *Layer) downloadFrom(dst []float32, src devptr, m int, rows []int) error {
 	k := l.w.K
 	all := dst
 	if rows != nil {
-		all = make([]float32, ws.m*k)
+		all = make([]float32, m*k)
 	}
-	if err := cuMemcpyDtoH(f32bytes(all), ws.out, l.b.stream); err != nil {
+	if err := cuMemcpyDtoH(f32bytes(all), src, l.b.stream); err != nil {
 		return err
 	}
 	if err := cuStreamSync(l.b.stream); err != nil {

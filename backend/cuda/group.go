@@ -1,0 +1,447 @@
+//go:build cgo
+
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"kimimoe/backend"
+)
+
+// GroupOptions configures an expert-parallel group.
+type GroupOptions struct {
+	Mode Mode // default ModeReplicated
+	// Timeout bounds the communicator's setup and every wait for a
+	// collective; past it the communicator is aborted and the call returns
+	// an error wrapping ErrTimeout (default 2 minutes).
+	Timeout time.Duration
+}
+
+func (o GroupOptions) normalize() GroupOptions {
+	if o.Mode == 0 {
+		o.Mode = ModeReplicated
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 2 * time.Minute
+	}
+	return o
+}
+
+// Group is one MoE layer's expert parallelism over several GPUs through
+// NCCL. It implements backend.Backend: Prepare takes one EP rank's layer
+// and spreads its experts over the group's devices (moe.SplitDevices),
+// Forward runs all of them and returns the whole layer's output. A Group
+// made by OpenGroup drives every device from this process (one goroutine
+// per device); one made by OpenRank drives one device of a group whose
+// other ranks are other processes, which must make the same calls with
+// the same inputs in the same order (collectives).
+type Group struct {
+	mu      sync.Mutex
+	opts    GroupOptions
+	size    int       // devices in the group, over all processes
+	members []*member // the devices this process drives, by rank
+	nccl    int       // NCCL version code
+	layers  map[*GroupLayer]bool
+	closed  bool
+}
+
+// member is one device of the group driven by this process.
+type member struct {
+	b       *Backend
+	comm    ncclComm
+	rank    int
+	aborted atomic.Bool // set once; may be set from another goroutine than the one holding the lock
+}
+
+// ncclCandidates: $KIMIMOE_LIBNCCL if set (and only it), else the soname.
+func ncclCandidates() []string {
+	if p := os.Getenv("KIMIMOE_LIBNCCL"); p != "" {
+		return []string{p}
+	}
+	return []string{"libnccl.so.2", "libnccl.so"}
+}
+
+var ncclOK bool // guarded by libMu
+
+// loadNCCL opens NCCL once per process.
+func loadNCCL() error {
+	libMu.Lock()
+	defer libMu.Unlock()
+	if ncclOK {
+		return nil
+	}
+	var tried []string
+	for _, p := range ncclCandidates() {
+		why := dlLoadNCCL(p)
+		if why == "" {
+			ncclOK = true
+			return nil
+		}
+		tried = append(tried, p+": "+why)
+	}
+	hint := "set KIMIMOE_LIBNCCL to its path"
+	if os.Getenv("KIMIMOE_LIBNCCL") != "" {
+		hint = "KIMIMOE_LIBNCCL names a library that is not a usable NCCL"
+	}
+	return fmt.Errorf("%w (%s; %s)", ErrNoNCCL, strings.Join(tried, "; "), hint)
+}
+
+// NewUniqueID makes the id of a new group (rank 0 does this, then hands it
+// to every rank: WriteUniqueIDFile, or an environment variable).
+func NewUniqueID() (UniqueID, error) {
+	if err := loadNCCL(); err != nil {
+		return UniqueID{}, err
+	}
+	return ncclGetUniqueID()
+}
+
+// NCCLVersion is the loaded NCCL's version, as "2.28.3".
+func NCCLVersion() (string, error) {
+	if err := loadNCCL(); err != nil {
+		return "", err
+	}
+	v, err := ncclVersion()
+	return fmt.Sprintf("%d.%d.%d", v/10000, v/100%100, v%100), err
+}
+
+// OpenGroup opens an expert-parallel group over devices (ordinals), all
+// driven by this process: one Backend per device and one NCCL
+// communicator each (ncclCommInitAll). Keep NCCL_NVLS_ENABLE=0 where
+// NVLink multicast must stay off; kimimoe never asks for it.
+func OpenGroup(devices []int, opts GroupOptions) (*Group, error) {
+	if err := acquire(); err != nil {
+		return nil, err
+	}
+	if err := loadNCCL(); err != nil {
+		return nil, err
+	}
+	n, err := deviceCount()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDevices(devices, n); err != nil {
+		return nil, err
+	}
+	g := &Group{opts: opts.normalize(), size: len(devices), layers: map[*GroupLayer]bool{}}
+	if g.nccl, err = ncclVersion(); err != nil {
+		return nil, err
+	}
+	for r, d := range devices {
+		b, err := open(d)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("device %d: %w", d, err), g.closeMembers())
+		}
+		g.members = append(g.members, &member{b: b, rank: r})
+	}
+	comms, err := ncclCommInitAll(devices)
+	if err != nil {
+		return nil, errors.Join(err, g.closeMembers())
+	}
+	for r, c := range comms {
+		g.members[r].comm = c
+	}
+	return g, nil
+}
+
+// OpenRank opens rank of an expert-parallel group of size processes (one
+// device each) on device ordinal dev: ncclCommInitRank with the group's
+// id. Every rank must call it within opts.Timeout of the others.
+func OpenRank(id UniqueID, rank, size, dev int, opts GroupOptions) (*Group, error) {
+	if size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("%w: rank %d of %d", ErrGroup, rank, size)
+	}
+	if err := acquire(); err != nil {
+		return nil, err
+	}
+	if err := loadNCCL(); err != nil {
+		return nil, err
+	}
+	n, err := deviceCount()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDevices([]int{dev}, n); err != nil {
+		return nil, err
+	}
+	g := &Group{opts: opts.normalize(), size: size, layers: map[*GroupLayer]bool{}}
+	if g.nccl, err = ncclVersion(); err != nil {
+		return nil, err
+	}
+	b, err := open(dev)
+	if err != nil {
+		return nil, err
+	}
+	mb := &member{b: b, rank: rank}
+	g.members = []*member{mb}
+	// ncclCommInitRank blocks until every rank has joined: run it where a
+	// rank that never comes cannot hang the caller.
+	type result struct {
+		c   ncclComm
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread() // the init's thread stays blocked if the timeout passes
+		if err := cuCtxSetCurrent(b.ctx); err != nil {
+			done <- result{nil, err}
+			return
+		}
+		c, err := ncclCommInitRank(id, size, rank)
+		done <- result{c, err}
+		runtime.UnlockOSThread()
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return nil, errors.Join(r.err, g.closeMembers())
+		}
+		mb.comm = r.c
+	case <-time.After(g.opts.Timeout):
+		return nil, fmt.Errorf("%w: rank %d of %d: the other ranks did not join within %v", ErrTimeout, rank, size, g.opts.Timeout)
+	}
+	return g, nil
+}
+
+// Size is the number of devices in the group (all processes).
+func (g *Group) Size() int { return g.size }
+
+// Ranks are the ranks this process drives.
+func (g *Group) Ranks() []int {
+	var r []int
+	for _, mb := range g.members {
+		r = append(r, mb.rank)
+	}
+	return r
+}
+
+// Mode is the group's token movement.
+func (g *Group) Mode() Mode { return g.opts.Mode }
+
+// Name implements backend.Backend.
+func (g *Group) Name() string { return "cuda" }
+
+// Capabilities implements backend.Backend: the one-device backend's, with
+// no CUDA graphs (collectives are launched eagerly).
+func (g *Group) Capabilities() backend.Capabilities {
+	c := g.members[0].b.Capabilities()
+	c.Graphs = false
+	var devs []string
+	for _, mb := range g.members {
+		devs = append(devs, fmt.Sprint(mb.b.dev))
+	}
+	c.Device = fmt.Sprintf("%d-device EP group (%s mode, NCCL %d.%d.%d; this process drives device(s) %s: %s)", g.size, g.opts.Mode,
+		g.nccl/10000, g.nccl/100%100, g.nccl%100, strings.Join(devs, ","), c.Device)
+	return c
+}
+
+// each runs f for every member at once, one goroutine each with the
+// member's lock held and context current, and joins the errors. With
+// several devices in this process an NCCL call blocks on the host until
+// every device's thread has made it, so a member that fails before its
+// collective would leave the others blocked: past the timeout each
+// aborts every communicator and returns ErrTimeout.
+func (g *Group) each(f func(mb *member) error) error {
+	errs := make([]error, len(g.members))
+	var wg sync.WaitGroup
+	for i, mb := range g.members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = mb.b.locked(func() error {
+				if mb.aborted.Load() {
+					return fmt.Errorf("%w: rank %d's communicator was aborted after an earlier failure", ErrTimeout, mb.rank)
+				}
+				if err := f(mb); err != nil {
+					return fmt.Errorf("rank %d: %w", mb.rank, err)
+				}
+				return nil
+			})
+		}()
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+		return errors.Join(errs...)
+	case <-time.After(g.opts.Timeout):
+		for _, mb := range g.members {
+			mb.abort()
+		}
+		return fmt.Errorf("%w: the devices of this process did not all finish within %v (one failed before a collective?); communicators aborted", ErrTimeout, g.opts.Timeout)
+	}
+}
+
+// wait waits for the member's stream like a watchdog: it polls, checks
+// NCCL's asynchronous error, and aborts the communicator past the timeout
+// (a peer that died leaves its partners' collectives waiting forever).
+func (g *Group) wait(mb *member) error {
+	deadline := time.Now().Add(g.opts.Timeout)
+	for spin := 0; ; spin++ {
+		done, err := cuStreamQuery(mb.b.stream)
+		if err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		if err := ncclAsyncError(mb.comm); err != nil {
+			mb.abort()
+			return err
+		}
+		if time.Now().After(deadline) {
+			mb.abort()
+			return fmt.Errorf("%w: rank %d: a collective did not finish within %v (did a peer rank die?); communicator aborted", ErrTimeout, mb.rank, g.opts.Timeout)
+		}
+		if spin > 200 {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+}
+
+func (mb *member) abort() {
+	if mb.aborted.CompareAndSwap(false, true) {
+		ncclCommAbort(mb.comm)
+	}
+}
+
+// LinkBandwidth times an all-reduce of n bytes of float32 over the group
+// (median of iters) and returns NCCL's bus bandwidth: 2(D-1)/D x n bytes
+// per second, the bytes each device sends per second.
+func (g *Group) LinkBandwidth(n, iters int) (float64, error) {
+	count := n / 4
+	bufs := make([]devptr, len(g.members))
+	defer g.each(func(mb *member) error { return cuMemFree(bufs[g.index(mb)]) })
+	err := g.each(func(mb *member) error {
+		p, err := cuMemAlloc(4 * count)
+		if err == nil {
+			bufs[g.index(mb)] = p
+			err = cuMemsetD32(p, 0x3f800000, count, mb.b.stream)
+		}
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	var ms []float64
+	for k := range iters + 2 {
+		t, err := g.timeEach(func(mb *member) error {
+			return ncclAllReduceSum(bufs[g.index(mb)], bufs[g.index(mb)], count, mb.comm, mb.b.stream)
+		})
+		if err != nil {
+			return 0, err
+		}
+		if k >= 2 {
+			ms = append(ms, t)
+		}
+	}
+	sort.Float64s(ms)
+	d := float64(g.size)
+	return 2 * (d - 1) / d * float64(4*count) / (ms[len(ms)/2] / 1e3), nil
+}
+
+func (g *Group) index(mb *member) int {
+	for i, m := range g.members {
+		if m == mb {
+			return i
+		}
+	}
+	panic("cuda: member not in its group")
+}
+
+// timeEach runs f on every member between two events on its stream and
+// returns the longest elapsed time, in milliseconds.
+func (g *Group) timeEach(f func(mb *member) error) (float64, error) {
+	times := make([]float64, len(g.members))
+	err := g.each(func(mb *member) error {
+		e0, err := cuEventCreate()
+		if err != nil {
+			return err
+		}
+		defer cuEventDestroy(e0)
+		e1, err := cuEventCreate()
+		if err != nil {
+			return err
+		}
+		defer cuEventDestroy(e1)
+		if err := cuEventRecord(e0, mb.b.stream); err != nil {
+			return err
+		}
+		if err := f(mb); err != nil {
+			return err
+		}
+		if err := cuEventRecord(e1, mb.b.stream); err != nil {
+			return err
+		}
+		if err := g.wait(mb); err != nil {
+			return err
+		}
+		times[g.index(mb)], err = cuEventElapsed(e0, e1)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	longest := 0.0
+	for _, t := range times {
+		longest = max(longest, t)
+	}
+	return longest, nil
+}
+
+// CopyBandwidth implements backend.BandwidthMeter on the first device.
+func (g *Group) CopyBandwidth(n, iters int) (float64, error) {
+	return g.members[0].b.CopyBandwidth(n, iters)
+}
+
+// Close closes the group's layers, destroys the communicators (all at
+// once: destroying is collective within a process) and closes the
+// devices, returning every error.
+func (g *Group) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil
+	}
+	g.closed = true
+	var errs []error
+	for gl := range g.layers {
+		errs = append(errs, gl.close())
+	}
+	g.layers = nil
+	return errors.Join(append(errs, g.closeMembers())...)
+}
+
+// closeMembers destroys the communicators (concurrently: destroying is
+// collective within a process) and closes the backends, within the
+// timeout: a device whose thread is still blocked in an aborted
+// collective holds its lock, and is left to the process's exit.
+func (g *Group) closeMembers() error {
+	errs := make([]error, len(g.members))
+	var wg sync.WaitGroup
+	for i, mb := range g.members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if mb.comm != nil && !mb.aborted.Load() {
+				errs[i] = mb.b.locked(func() error { return ncclCommDestroy(mb.comm) })
+			}
+			errs[i] = errors.Join(errs[i], mb.b.Close())
+		}()
+	}
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+		return errors.Join(errs...)
+	case <-time.After(g.opts.Timeout):
+		return fmt.Errorf("%w: closing the group's devices", ErrTimeout)
+	}
+}
