@@ -13,6 +13,12 @@
 # validate JSON of both chains and of GPT-OSS SwiGLU, bench.json and
 # peer_triton.json; compute-sanitizer memcheck and racecheck on the smoke
 # suite go to run.log.
+# On nvidia-h200-x2 (two GPUs, NCCL), with carry [".gpu"]:
+#   bash scripts/gpu-check.sh multi
+# runs the group tests, validate over 2 devices in both modes from one
+# process and from two processes (one per GPU, the id through a file),
+# and bench --devices 2; files: multi.log, group_test.log, the validate
+# JSONs and bench_devices.json.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-build}" = build ]; then
@@ -28,6 +34,26 @@ fi
 : "${OUT:=/tmp/kimimoe-out}"
 mkdir -p "$OUT"
 export KIMIMOE_CACHE=/tmp/kimimoe-cubin NCCL_NVLS_ENABLE=0
+if [ "$1" = multi ]; then
+  log="$OUT/multi.log"
+  export KIMIMOE_LIBNCCL="${KIMIMOE_LIBNCCL:-$(find / -name 'libnccl.so.2' -not -path '*/proc/*' 2>/dev/null | head -1)}"
+  { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv; nvidia-smi topo -m; echo "NCCL: $KIMIMOE_LIBNCCL"; } 2>&1 | tee "$log"
+  (cd backend/cuda && timeout 240 ../../.gpu/cuda.test -test.v -test.run 'Group|NCCL' -test.timeout 230s 2>&1) > "$OUT/group_test.log"
+  grep -E "^(--- |ok|FAIL|PASS)|bitwise|rror|panic" "$OUT/group_test.log" | head -60 | tee -a "$log"
+  for mode in ${MODES:-replicated dispatch}; do
+    timeout 120 .gpu/kimimoe validate --backend cuda --devices 2 --mode $mode --suite all --require-situ --json "$OUT/validate_2dev_$mode.json" 2>&1 | tee -a "$log" | tail -1
+    rm -f /tmp/nccl.id
+    for r in 0 1; do
+      RANK=$r WORLD_SIZE=2 timeout 120 .gpu/kimimoe validate --backend cuda --mode $mode --suite all --require-situ --nccl-id-file /tmp/nccl.id \
+        --json "$OUT/validate_2proc_${mode}_rank$r.json" > /tmp/rank$r.txt 2>&1 &
+    done
+    wait
+    for r in 0 1; do echo "two processes, $mode, rank $r: $(tail -1 /tmp/rank$r.txt)" | tee -a "$log"; done
+    grep -h -E "FAIL|ERROR|rror" /tmp/rank0.txt /tmp/rank1.txt | head -5 | tee -a "$log"
+  done
+  [ -n "${SKIP_BENCH:-}" ] || timeout 200 .gpu/kimimoe bench --backend cuda --devices 2 --rounds 20 --json "$OUT/bench_devices.json" 2>&1 | tee -a "$log"
+  exit 0
+fi
 log="$OUT/run.log"
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; } 2>&1 | tee "$log"
 (cd backend/cuda && timeout 200 ../../.gpu/cuda.test -test.v -test.timeout 190s 2>&1) > "$OUT/cuda_test.log"

@@ -14,6 +14,14 @@ import (
 	"kimimoe/mxfp"
 )
 
+// benchOptions are the flags bench --devices uses.
+type benchOptions struct {
+	ms             []int
+	rounds, warmup int
+	chain          moe.Chain
+	jsonPath       string
+}
+
 // benchRow is one token count's result.
 type benchRow struct {
 	M            int       `json:"m"`
@@ -48,12 +56,30 @@ func runBench(args []string) error {
 	plotPath := fs.String("plot", "", "also draw latency against M to this file (.svg, .png, .pdf)")
 	peersPath := fs.String("peers", "", "with --plot: a peer's JSON (peer_triton.json) to draw beside")
 	decodeMaxM := fs.Int("decode-max-m", 0, "cuda: largest M on the decode path (0: the backend's choice; -1: never)")
+	gf := addGroupFlags(fs, "replicated, dispatch, both", "both")
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	group, err := gf.check(*name)
+	if err != nil {
 		return err
 	}
 	chain, err := moe.ParseChain(*chainName)
 	if err != nil {
 		return asUsage(err)
+	}
+	if group {
+		ms, err := parseTokenCounts(*msFlag)
+		if err != nil {
+			return err
+		}
+		if gf.perRank {
+			return usagef("bench --devices runs all devices from one process (unset RANK/WORLD_SIZE)")
+		}
+		if len(ms) > 16 || *rounds < 1 || *warmup < 0 {
+			return usagef("--m: at most 16 token counts; --rounds at least 1, --warmup at least 0")
+		}
+		return runBenchDevices(gf, benchOptions{ms: ms, rounds: *rounds, warmup: *warmup, chain: chain, jsonPath: *jsonPath})
 	}
 	out := os.Stdout // the table; with --json - it goes to stderr
 	if *jsonPath == "-" {

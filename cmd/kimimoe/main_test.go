@@ -343,3 +343,54 @@ func TestPlotCommand(t *testing.T) {
 		t.Error("a bench JSON without rows was plotted")
 	}
 }
+
+// The several-GPU flags are checked before anything is opened: each bad
+// combination is a usage error naming the flag or variable.
+func TestDevicesFlags(t *testing.T) {
+	for _, k := range []string{"KIMIMOE_RANK", "KIMIMOE_WORLD_SIZE", "RANK", "WORLD_SIZE", "NCCL_COMM_ID"} {
+		t.Setenv(k, "")
+	}
+	for _, c := range []struct {
+		cmd  func([]string) error
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{runValidate, []string{"--devices", "2"}, nil, "--devices 2 needs --backend cuda"},
+		{runValidate, []string{"--devices", "0", "--backend", "cuda"}, nil, "--devices 0: want at least 1"},
+		{runValidate, []string{"--backend", "cuda"}, map[string]string{"RANK": "1", "WORLD_SIZE": "2"}, "needs --nccl-id-file FILE or NCCL_COMM_ID"},
+		{runValidate, []string{"--backend", "cuda", "--devices", "4", "--nccl-id-file", "x"}, map[string]string{"RANK": "1", "WORLD_SIZE": "2"}, "--devices 4, but the launcher's world size is 2"},
+		{runValidate, []string{"--backend", "cuda"}, map[string]string{"RANK": "2", "WORLD_SIZE": "2"}, "want 0 <= rank < world size"},
+		{runValidate, []string{"--devices", "2", "--backend", "cuda", "--nccl-timeout", "0s"}, nil, "--nccl-timeout 0s"},
+		{runBench, []string{"--devices", "2", "--nccl-id-file", "x"}, map[string]string{"RANK": "0", "WORLD_SIZE": "2"}, "runs all devices from one process"},
+	} {
+		for k, v := range c.env {
+			t.Setenv(k, v)
+		}
+		_, err := capture(t, func() error { return c.cmd(c.args) })
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v %v: %v, want a usage error with %q", c.args, c.env, err, c.want)
+		}
+		for k := range c.env {
+			t.Setenv(k, "")
+		}
+	}
+}
+
+// plan --ep-layer-devices: two GPUs all-reduce the [M, K] float32 output,
+// each sending M*K*4 bytes (8192 x 3584 x 4 = 117.44 MB); experts that do
+// not divide over the GPUs are a usage error.
+func TestPlanEPLayer(t *testing.T) {
+	out, err := capture(t, func() error {
+		return runPlan([]string{"--ep-layer-devices", "2", "--tokens", "8192", "--link-gbps", "100"})
+	})
+	if err != nil || !strings.Contains(out, "replicated (all-reduce)                  117.44 MB sent per GPU    1.1744 ms at 100 GB/s") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	_, err = capture(t, func() error { return runPlan([]string{"--ep-layer-devices", "3"}) })
+	var ue usageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "56 experts do not divide over 3 devices") {
+		t.Errorf("3 devices: %v", err)
+	}
+}

@@ -23,6 +23,9 @@ func runPlan(args []string) error {
 	fs.IntVar(&d.Tokens, "tokens", 8192, "tokens per prefill step")
 	fs.IntVar(&d.DTypeBytes, "dtype-bytes", 2, "bytes per reduced element (bf16: 2)")
 	asJSON := fs.Bool("json", false, "print JSON instead of tables")
+	epDevices := fs.Int("ep-layer-devices", 0, "instead: model one MoE layer of --ep-layer-experts spread over this many GPUs (kimimoe bench --devices): bytes each GPU sends per mode")
+	epExperts := fs.Int("ep-layer-experts", 56, "with --ep-layer-devices: the layer's experts (top-k from --model)")
+	linkGBps := fs.Float64("link-gbps", 0, "with --ep-layer-devices: also the time at this bus bandwidth, GB/s (NCCL all-reduce busbw)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -35,6 +38,9 @@ func runPlan(args []string) error {
 		}
 		sort.Strings(names)
 		return fmt.Errorf("unknown model %q (known: %s)", *model, strings.Join(names, ", "))
+	}
+	if *epDevices > 0 {
+		return printEPLayer(m, plan.EPLayer{Devices: *epDevices, Tokens: d.Tokens, Hidden: m.K, TopK: m.TopK, Experts: *epExperts}, *linkGBps)
 	}
 	p, err := plan.Make(m, d)
 	if err != nil {
@@ -85,4 +91,29 @@ func printPlan(m plan.Model, p *plan.Plan) {
 	for _, a := range p.Alternatives {
 		fmt.Printf("  %-60s %-7s %6d units  %+6.1f%%  %s/rank\n", a.Name, a.Formula, a.Units, 100*a.Change, mib(a.RankBytes))
 	}
+}
+
+// printEPLayer prints the communication model of one MoE layer spread
+// over several GPUs (what bench --devices measures).
+func printEPLayer(m plan.Model, l plan.EPLayer, linkGBps float64) error {
+	if err := l.Validate(); err != nil {
+		return asUsage(err)
+	}
+	if linkGBps < 0 {
+		return usagef("--link-gbps %v: want a bandwidth >= 0", linkGBps)
+	}
+	fmt.Printf("%s MoE layer: %d experts over %d GPUs (%d each), top-%d, %d tokens, hidden %d, float32 partial outputs\n",
+		m.Name, l.Experts, l.Devices, l.Experts/l.Devices, l.TopK, l.Tokens, l.Hidden)
+	fmt.Printf("  a token reaches a given other GPU with probability %.4f (uniform routing)\n", l.ReachProbability())
+	for _, row := range []struct {
+		name  string
+		bytes float64
+	}{{"replicated (all-reduce)", l.ReplicatedBytes()}, {"dispatch (MXFP8 out, partials back)", l.DispatchBytes()}} {
+		fmt.Printf("  %-36s %10.2f MB sent per GPU", row.name, row.bytes/1e6)
+		if linkGBps > 0 {
+			fmt.Printf("  %8.4f ms at %.0f GB/s", plan.Seconds(row.bytes, linkGBps*1e9)*1e3, linkGBps)
+		}
+		fmt.Println()
+	}
+	return nil
 }

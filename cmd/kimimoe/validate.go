@@ -25,7 +25,12 @@ func runValidate(args []string) error {
 	requireSitu := fs.Bool("require-situ", false, "fail if the backend cannot run SiTU")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this file (- for stdout; the table then goes to stderr)")
 	runs := fs.Int("runs", 3, "forward runs per case (bitwise determinism check)")
+	gf := addGroupFlags(fs, "replicated, dispatch", "replicated")
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	group, err := gf.check(*name)
+	if err != nil {
 		return err
 	}
 	act, err := activation.ParseKind(*actName)
@@ -50,7 +55,12 @@ func runValidate(args []string) error {
 	if *jsonPath == "-" {
 		out = os.Stderr
 	}
-	b, err := backend.Open(*name)
+	var b backend.Backend
+	if group {
+		b, err = openGroupBackend(gf)
+	} else {
+		b, err = backend.Open(*name)
+	}
 	if err != nil {
 		return err
 	}
@@ -80,6 +90,12 @@ func runValidate(args []string) error {
 		doc := map[string]any{"backend": b.Name(), "device": b.Capabilities().Device, "suite": *suite,
 			"activation": act.String(), "chain": chain.String(), "recipe": recipe.String(),
 			"date": time.Now().UTC().Format(time.RFC3339), "results": res}
+		if group {
+			doc["devices"], doc["mode"] = gf.devices, gf.mode
+			if gf.perRank {
+				doc["rank"] = gf.rank
+			}
+		}
 		data, err := json.MarshalIndent(doc, "", "  ")
 		if err != nil {
 			return err
