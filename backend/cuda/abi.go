@@ -27,6 +27,7 @@ var kernelSource string
 // Arch names an NVRTC target.
 const (
 	ArchSM90   = "sm_90"
+	ArchSM90a  = "sm_90a" // sm_90 with the wgmma instructions: what an H100/H200 gets
 	ArchSM120a = "sm_120a"
 )
 
@@ -240,6 +241,25 @@ type decodeGemm2Args struct {
 	ZeroRow int32 // row of aq/aqsf that is all zeros (M x top-k)
 }
 
+// The wgmma path's geometry (wg_layout.go, kernels/moe.cu "the wgmma path").
+const (
+	abiWGTokens = 128 // tokens per tile: two warpgroups of 64 (the wgmma's M)
+	abiWGChunkK = 64  // k per staged chunk: 128 bytes of BF16 a row
+	abiWGStages = 4   // chunks staged at once
+)
+
+// wgRows are the instances' weight rows per tile (the wgmma's N).
+var wgRows = []int{128, 256}
+
+// wgTileBytes is one weight (tile, chunk) block of rows rows.
+func wgTileBytes(rows int) int { return rows * 2 * abiWGChunkK }
+
+// wgSmem is sizeof(WgSmem<rows>): the staged tokens and weights and the
+// tile's source rows.
+func wgSmem(rows int) int {
+	return abiWGStages*(abiWGTokens*2*abiWGChunkK+wgTileBytes(rows)) + 4*abiWGTokens
+}
+
 // The decode kernels' CTAs: 4 warps (one 32-feature MXFP8 block in GEMM1,
 // 64 output rows in GEMM2).
 const (
@@ -247,6 +267,50 @@ const (
 	abiDecodeTile    = 16 * abiStageK / 2 // bytes of one pre-arranged 16-row tile
 	abiDecodeScales  = 16 * abiStageK / 32
 )
+
+// The wgmma path (sm_90a; kernels/moe.cu "the wgmma path"): x as BF16,
+// then the two GEMMs on BF16 operands (W arranged by wg_layout.go); GEMM1
+// writes the requantized intermediate as BF16 (AQBF) for GEMM2.
+type xBF16Args struct {
+	X       devptr `c:"const float*"`
+	Codes   devptr `c:"const u8*"`
+	Scales  devptr `c:"const u8*"`
+	Out     devptr `c:"u16*"`
+	NBlocks int32
+	Recipe  int32
+	Form    int32
+	Pad     int32 `cname:"unused"`
+}
+
+type wgGemm1Args struct {
+	XBF      devptr `c:"const u8*" cname:"xbf"`
+	W        devptr `c:"const u8*"`
+	Perm     devptr `c:"const int*"`
+	Offset   devptr `c:"const int*"`
+	TileBase devptr `c:"const int*"`
+	Params   devptr `c:"const float*"`
+	AQBF     devptr `c:"u8*" cname:"aqbf"`
+	K        int32
+	N        int32
+	TopK     int32
+	ELocal   int32
+	Kind     int32
+	NParams  int32
+	Chain    int32
+	Recipe   int32
+}
+
+type wgGemm2Args struct {
+	AQBF     devptr `c:"const u8*" cname:"aqbf"`
+	W        devptr `c:"const u8*"`
+	Offset   devptr `c:"const int*"`
+	TileBase devptr `c:"const int*"`
+	Y        devptr `c:"float*"`
+	N        int32
+	K        int32
+	ELocal   int32
+	Pad      int32 `cname:"unused"`
+}
 
 // Expert parallelism across devices (group.go): gather the rows a device
 // sends, and add the partial outputs that come back into the home rows.
@@ -291,6 +355,9 @@ var (
 	kFinalize     = spec[finalizeArgs]("kmoe_finalize")
 	kDecPrologue  = spec[decodePrologueArgs]("kmoe_decode_prologue")
 	kTestWiden4   = spec[testWiden4Args]("kmoe_test_widen4")
+	kXBF16        = spec[xBF16Args]("kmoe_x_bf16")
+	kWGGemm1      = map[int]kernelSpec{128: spec[wgGemm1Args]("kmoe_wg_gemm1_act_n128"), 256: spec[wgGemm1Args]("kmoe_wg_gemm1_act_n256")}
+	kWGGemm2      = map[int]kernelSpec{128: spec[wgGemm2Args]("kmoe_wg_gemm2_n128"), 256: spec[wgGemm2Args]("kmoe_wg_gemm2_n256")}
 	kGatherRows   = spec[gatherRowsArgs]("kmoe_gather_rows")
 	kAddRows      = spec[addRowsArgs]("kmoe_add_rows")
 	kDecGemm1     = map[int]kernelSpec{1: spec[decodeGemm1Args]("kmoe_decode_gemm1_n1"), 2: spec[decodeGemm1Args]("kmoe_decode_gemm1_n2"), 4: spec[decodeGemm1Args]("kmoe_decode_gemm1_n4")}
@@ -302,7 +369,7 @@ var (
 var decodeSubtiles = []int{1, 2, 4}
 
 var kernelSpecs = []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize,
-	kDecPrologue, kDecGemm1[1], kDecGemm1[2], kDecGemm1[4], kDecGemm2[1], kDecGemm2[2], kDecGemm2[4], kTestWiden4, kGatherRows, kAddRows}
+	kDecPrologue, kDecGemm1[1], kDecGemm1[2], kDecGemm1[4], kDecGemm2[1], kDecGemm2[2], kDecGemm2[4], kTestWiden4, kXBF16, kWGGemm1[128], kWGGemm1[256], kWGGemm2[128], kWGGemm2[256], kGatherRows, kAddRows}
 
 // cName is a struct's C name: quantizeXArgs -> QuantizeXArgs.
 func cName(t reflect.Type) string {
@@ -372,7 +439,7 @@ func cStruct(t reflect.Type) string {
 func abiHeader() string {
 	var b strings.Builder
 	b.WriteString("// Generated from backend/cuda/abi.go: the kernel ABI. Do not edit.\n")
-	b.WriteString("typedef unsigned char u8;\ntypedef unsigned int u32;\n")
+	b.WriteString("typedef unsigned char u8;\ntypedef unsigned short u16;\ntypedef unsigned int u32;\n")
 	for _, d := range []struct {
 		name string
 		v    int
@@ -384,6 +451,8 @@ func abiHeader() string {
 		{"CHAIN_MXFP8", int(abiChainMXFP8)}, {"CHAIN_FLASHINFER", int(abiChainFlashInfer)},
 		{"FORM_QUANTIZED", int(abiFormQuantized)}, {"FORM_FLOAT", int(abiFormFloat)},
 		{"DECODE_THREADS", abiDecodeThreads},
+		{"WG_TOKENS", abiWGTokens}, {"WG_CHUNK_K", abiWGChunkK}, {"WG_STAGES", abiWGStages},
+		{"WG_SMEM_128", wgSmem(128)}, {"WG_SMEM_256", wgSmem(256)},
 	} {
 		fmt.Fprintf(&b, "#define KMOE_%s %d\n", d.name, d.v)
 	}
@@ -394,7 +463,7 @@ func abiHeader() string {
 		fmt.Fprintf(&b, "#define KMOE_ACT_%s %d\n", strings.ToUpper(k.String()), activationCode(k))
 	}
 	for _, t := range []reflect.Type{kQuantizeX.args, kRouteCount.args, kRouteScatter.args, kGemm1Small.args, kGemm2Small.args, kFinalize.args,
-		kDecPrologue.args, kDecGemm1[1].args, kDecGemm2[1].args, kTestWiden4.args, kGatherRows.args, kAddRows.args} {
+		kDecPrologue.args, kDecGemm1[1].args, kDecGemm2[1].args, kTestWiden4.args, kXBF16.args, kWGGemm1[128].args, kWGGemm2[128].args, kGatherRows.args, kAddRows.args} {
 		b.WriteString(cStruct(t))
 	}
 	b.WriteString("// End of the generated ABI.\n")

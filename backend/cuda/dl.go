@@ -38,6 +38,7 @@ typedef struct {
 	CUresult (*cuModuleLoadData)(CUmodule*, const void*);
 	CUresult (*cuModuleUnload)(CUmodule);
 	CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
+	CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
 	CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
 	CUresult (*cuMemFree)(CUdeviceptr);
 	CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
@@ -113,6 +114,7 @@ static const char* kmoe_load_cuda(const char* path) {
 	SYM(t, cuModuleLoadData, "cuModuleLoadData");
 	SYM(t, cuModuleUnload, "cuModuleUnload");
 	SYM(t, cuModuleGetFunction, "cuModuleGetFunction");
+	SYM(t, cuFuncSetAttribute, "cuFuncSetAttribute");
 	SYM(t, cuMemAlloc, "cuMemAlloc_v2");
 	SYM(t, cuMemFree, "cuMemFree_v2");
 	SYM(t, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
@@ -177,6 +179,7 @@ static CUresult k_cuCtxSetCurrent(CUcontext c) { return cu.cuCtxSetCurrent(c); }
 static CUresult k_cuModuleLoadData(CUmodule* m, const void* img) { return cu.cuModuleLoadData(m, img); }
 static CUresult k_cuModuleUnload(CUmodule m) { return cu.cuModuleUnload(m); }
 static CUresult k_cuModuleGetFunction(CUfunction* f, CUmodule m, const char* n) { return cu.cuModuleGetFunction(f, m, n); }
+static CUresult k_cuFuncSetAttribute(CUfunction f, int attr, int v) { return cu.cuFuncSetAttribute(f, attr, v); }
 static CUresult k_cuMemAlloc(CUdeviceptr* p, size_t n) { return cu.cuMemAlloc(p, n); }
 static CUresult k_cuMemFree(CUdeviceptr p) { return cu.cuMemFree(p); }
 static CUresult k_cuMemcpyHtoDAsync(CUdeviceptr d, const void* s, size_t n, CUstream st) { return cu.cuMemcpyHtoDAsync(d, s, n, st); }
@@ -324,6 +327,13 @@ func cuModuleGetFunction(m cuModule, name string) (cuFunction, error) {
 	defer C.free(unsafe.Pointer(cs))
 	err := check("cuModuleGetFunction "+name, C.k_cuModuleGetFunction(&f, m, cs))
 	return f, err
+}
+
+// cuFuncSetMaxDynamicSmem lets f use n bytes of dynamic shared memory
+// (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8), above the 48 KB
+// a launch gets without opting in.
+func cuFuncSetMaxDynamicSmem(f cuFunction, n int) error {
+	return check("cuFuncSetAttribute", C.k_cuFuncSetAttribute(f, 8, C.int(n)))
 }
 
 func cuMemAlloc(n int) (devptr, error) {

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"runtime"
 	"sort"
+	"strconv"
 	"sync"
 	"unsafe"
 
@@ -75,13 +76,69 @@ func (l *Layer) SetDecodeMaxM(m int) error {
 }
 
 // PathFor names the kernels a forward of m tokens runs: "decode" (weights
-// streamed, tokens on the MMA's narrow side) or "grouped" (token tiles of
-// the grouped GEMMs).
+// streamed, tokens on the MMA's narrow side), "wgmma" (the grouped GEMMs
+// on Hopper's warpgroup MMA, BF16 operands) or "grouped"
+// (token tiles of the mma.sync grouped GEMMs).
 func (l *Layer) PathFor(m int) string {
-	if l.useDecode(m) {
+	switch {
+	case l.useDecode(m):
 		return "decode"
+	case l.useWG(m):
+		return "wgmma"
 	}
 	return "grouped"
+}
+
+// wgMinM is the smallest token count whose grouped forward runs the
+// wgmma GEMMs. Below it the mma.sync GEMMs, which read the weights as
+// MXFP4 (a quarter of the BF16 bytes), are faster; measured on the H200
+// at the Kimi shape (docs/PERF.md).
+const wgMinM = 512
+
+// useWG reports whether a grouped forward of m tokens runs the wgmma
+// GEMMs: on sm_90a, for K and N multiples of 128, from wgMinM tokens
+// (SetWGMinM), unless turned off (SetWGMMA).
+func (l *Layer) useWG(m int) bool { return l.wgW31 != 0 && !l.wgOff && m >= l.wgMinM }
+
+// SetWGMinM sets the smallest token count on the wgmma GEMMs (default
+// wgMinM; 1: every grouped forward) and frees the layer's workspaces. It
+// exists to measure the crossover (kimimoe bench --wgmma-min-m).
+func (l *Layer) SetWGMinM(m int) error {
+	return l.b.locked(func() error {
+		if l.closed {
+			return fmt.Errorf("%w: the layer is closed", backend.ErrClosed)
+		}
+		l.wgMinM = m
+		var errs []error
+		for k, ws := range l.ws {
+			errs = append(errs, ws.free())
+			delete(l.ws, k)
+		}
+		return errors.Join(errs...)
+	})
+}
+
+// SetWGMMA turns the wgmma GEMMs of the grouped path on (the default where
+// the device and weights allow them) or off (the mma.sync GEMMs, to compare
+// the two), and frees the layer's workspaces and their graphs. Turning it
+// on where it is not available is an error wrapping backend.ErrUnsupported.
+func (l *Layer) SetWGMMA(on bool) error {
+	return l.b.locked(func() error {
+		if l.closed {
+			return fmt.Errorf("%w: the layer is closed", backend.ErrClosed)
+		}
+		if on && l.wgW31 == 0 {
+			return fmt.Errorf("%w: the wgmma path needs an sm_90 device and K and N multiples of %d (%s)",
+				backend.ErrUnsupported, abiStageK, l.wgWhyNot)
+		}
+		l.wgOff = !on
+		var errs []error
+		for k, ws := range l.ws {
+			errs = append(errs, ws.free())
+			delete(l.ws, k)
+		}
+		return errors.Join(errs...)
+	})
 }
 
 // kernel is an entry point bound to its ABI argument type.
@@ -117,6 +174,9 @@ type kernels struct {
 	decGemm2     map[int]kernel[decodeGemm2Args]
 	gatherRows   kernel[gatherRowsArgs]
 	addRows      kernel[addRowsArgs]
+	xBF16        kernel[xBF16Args]
+	wgGemm1      map[int]kernel[wgGemm1Args] // by weight rows per tile
+	wgGemm2      map[int]kernel[wgGemm2Args]
 }
 
 func loadKernels(m cuModule) (*kernels, error) {
@@ -153,6 +213,20 @@ func loadKernels(m cuModule) (*kernels, error) {
 	add(err)
 	k.addRows, err = bind[addRowsArgs](m, kAddRows)
 	add(err)
+	k.xBF16, err = bind[xBF16Args](m, kXBF16)
+	add(err)
+	k.wgGemm1, k.wgGemm2 = map[int]kernel[wgGemm1Args]{}, map[int]kernel[wgGemm2Args]{}
+	for _, bn := range wgRows {
+		g1, err1 := bind[wgGemm1Args](m, kWGGemm1[bn])
+		g2, err2 := bind[wgGemm2Args](m, kWGGemm2[bn])
+		add(err1)
+		add(err2)
+		if err1 == nil && err2 == nil {
+			add(cuFuncSetMaxDynamicSmem(g1.fn, wgSmem(bn)))
+			add(cuFuncSetMaxDynamicSmem(g2.fn, wgSmem(bn)))
+		}
+		k.wgGemm1[bn], k.wgGemm2[bn] = g1, g2
+	}
 	return k, errors.Join(errs...)
 }
 
@@ -228,7 +302,9 @@ func open(ord int) (*Backend, error) {
 	b.sms, _ = cuDeviceAttribute(dev, attrSMCount)
 	native := false
 	switch cc := major*10 + minor; {
-	case cc == 89 || cc == 90:
+	case cc == 90:
+		b.arch = ArchSM90a // the wgmma path's instructions; the code runs on sm_90 only
+	case cc == 89:
 		b.arch = fmt.Sprintf("sm_%d", cc)
 	case cc >= 120 && cc < 130:
 		b.arch = ArchSM120a
@@ -387,7 +463,14 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 		return nil, fmt.Errorf("%w: backend \"cuda\" runs at most %d local experts, have %d; use the %q backend",
 			backend.ErrUnsupported, 48<<10/4-1, w.E, backend.GoName)
 	}
-	l := &Layer{b: b, w: w, spec: spec, numGlobal: numGlobal, decodeMaxM: decodeMaxM, ws: map[int]*workspace{}}
+	l := &Layer{b: b, w: w, spec: spec, numGlobal: numGlobal, decodeMaxM: decodeMaxM, wgMinM: wgMinM, ws: map[int]*workspace{}}
+	if v := os.Getenv("KIMIMOE_WGMMA_MIN_M"); v != "" { // to run a whole suite on the wgmma GEMMs
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%w: KIMIMOE_WGMMA_MIN_M=%q is not a token count", backend.ErrUnsupported, v)
+		}
+		l.wgMinM = n
+	}
 	err = b.locked(func() error {
 		if err := l.uploadWeights(); err != nil {
 			return err
@@ -423,9 +506,51 @@ func (l *Layer) uploadWeights() error {
 			return errors.Join(err, l.free())
 		}
 	}
+	if err := l.uploadWG(); err != nil {
+		return errors.Join(err, l.free())
+	}
 	if err := cuStreamSync(b.stream); err != nil {
 		return errors.Join(err, l.free())
 	}
+	return nil
+}
+
+// uploadWG arranges and uploads the weights for the wgmma path where it
+// is available, else records why not.
+func (l *Layer) uploadWG() error {
+	w := l.w
+	switch {
+	case l.b.arch != ArchSM90a:
+		l.wgWhyNot = "the device is " + l.b.arch
+		return nil
+	case wgTileRows(w) == 0:
+		l.wgWhyNot = fmt.Sprintf("K=%d, N=%d", w.K, w.N)
+		return nil
+	}
+	l.wgRows = wgTileRows(w)
+	if os.Getenv("KIMIMOE_WGMMA_ROWS") == "128" && l.wgRows == 256 { // to measure the tile sizes
+		l.wgRows = 128
+	}
+	var ptrs [2]devptr
+	for i, data := range [][]byte{wgW31(w, l.wgRows), wgW2(w, l.wgRows)} {
+		p, err := cuMemAlloc(len(data))
+		if err == nil {
+			ptrs[i] = p
+			err = cuMemcpyHtoD(p, data, l.b.stream)
+		}
+		if err == nil {
+			err = cuStreamSync(l.b.stream) // data must outlive the copy
+		}
+		if err != nil {
+			for _, p := range ptrs {
+				if p != 0 {
+					cuMemFree(p)
+				}
+			}
+			return err
+		}
+	}
+	l.wgW31, l.wgW2 = ptrs[0], ptrs[1]
 	return nil
 }
 
@@ -457,6 +582,12 @@ type Layer struct {
 	params     devptr
 	d31, d31s  devptr // FC1 and FC2 in the decode path's tiles
 	d2, d2s    devptr
+	wgW31      devptr // FC1 and FC2 as BF16 for the wgmma path (0: not available)
+	wgW2       devptr
+	wgOff      bool               // the wgmma path turned off (SetWGMMA)
+	wgRows     int                // weight rows per wgmma tile
+	wgMinM     int                // smallest M on the wgmma GEMMs
+	wgWhyNot   string             // why it is not available
 	ws         map[int]*workspace // per token count, at most MaxWorkspaces
 	uses       uint64             // forwards so far, for the LRU order
 	closed     bool
@@ -478,6 +609,7 @@ type workspace struct {
 	counts, offset, tileBase devptr
 	aq, aqs, y, out          devptr
 	xqd, xsf, touched, aqsf  devptr // the decode path's padded x, float scales, touched experts, float aq scales
+	xbf, aqbf                devptr // the wgmma path's BF16 x and intermediate (0 without it)
 	decode                   bool   // which path this token count takes
 	form                     int    // of the input uploaded last
 	graph                    [2]cuGraph
@@ -490,7 +622,7 @@ type workspace struct {
 // second call frees nothing twice.
 func (l *Layer) free() error {
 	var errs []error
-	for _, p := range []*devptr{&l.w31, &l.w31s, &l.w2, &l.w2s, &l.params, &l.d31, &l.d31s, &l.d2, &l.d2s} {
+	for _, p := range []*devptr{&l.w31, &l.w31s, &l.w2, &l.w2s, &l.params, &l.d31, &l.d31s, &l.d2, &l.d2s, &l.wgW31, &l.wgW2} {
 		if *p != 0 {
 			errs = append(errs, cuMemFree(*p))
 			*p = 0
@@ -566,6 +698,19 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 		}
 		*a.p = p
 		ws.bufs = append(ws.bufs, p)
+	}
+	if l.wgW31 != 0 {
+		for _, a := range []struct {
+			p *devptr
+			n int
+		}{{&ws.xbf, 2 * m * w.K}, {&ws.aqbf, 2 * entries * w.N}} {
+			p, err := cuMemAlloc(max(a.n, 16))
+			if err != nil {
+				return nil, errors.Join(err, ws.free())
+			}
+			*a.p = p
+			ws.bufs = append(ws.bufs, p)
+		}
 	}
 	// The decode path's padding columns of the intermediate stay zero codes
 	// with scale 1.0 (GEMM1 writes only the real features); its zero rows
@@ -715,17 +860,55 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 	m, topk, entries := ws.m, ws.topk, ws.m*ws.topk
 	recipe := recipeCode(l.spec.Recipe)
 	tt := tileTokens(m)
+	wg := l.useWG(m)
+	if wg {
+		tt = abiWGTokens
+	}
 	maxTiles := (entries+tt-1)/tt + w.E
+	gemm1 := func() error {
+		return k.gemm1[tt].launch([3]int{w.N / abiGemm1Features, maxTiles, 1}, s,
+			&gemm1Args{XQ: ws.xq, XS: ws.xs, W31: l.w31, W31S: l.w31s, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
+				Params: l.params, AQ: ws.aq, AQS: ws.aqs, K: i32(w.K), N: i32(w.N), TopK: i32(topk), ELocal: i32(w.E),
+				Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
+	}
+	gemm2 := func() error {
+		return k.gemm2[tt].launch([3]int{w.K / abiGemm2Rows, maxTiles, 1}, s,
+			&gemm2Args{AQ: ws.aq, AQS: ws.aqs, W2: l.w2, W2S: l.w2s, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
+				N: i32(w.N), K: i32(w.K), ELocal: i32(w.E)})
+	}
+	nblocks := m * w.K / 32
+	xstep := step{"quantize_x", func() error {
+		if ws.form != formFloat {
+			return nil
+		}
+		return k.quantizeX.launch([3]int{(nblocks*32 + abiThreads - 1) / abiThreads, 1, 1}, s,
+			&quantizeXArgs{X: ws.x, Codes: ws.xq, Scales: ws.xs, NBlocks: i32(nblocks), Recipe: recipe})
+	}}
+	bn := l.wgRows
+	if wg {
+		form := abiFormQuantized
+		if ws.form == formFloat {
+			form = abiFormFloat
+		}
+		xstep = step{"x_bf16", func() error {
+			return k.xBF16.launch([3]int{(nblocks*32 + abiThreads - 1) / abiThreads, 1, 1}, s,
+				&xBF16Args{X: ws.x, Codes: ws.xq, Scales: ws.xs, Out: ws.xbf, NBlocks: i32(nblocks), Recipe: recipe, Form: form})
+		}}
+		gemm1 = func() error {
+			return k.wgGemm1[bn].launchWith([3]int{w.N / (bn / 2), maxTiles, 1}, abiThreads, wgSmem(bn), s,
+				&wgGemm1Args{XBF: ws.xbf, W: l.wgW31, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
+					Params: l.params, AQBF: ws.aqbf, K: i32(w.K), N: i32(w.N), TopK: i32(topk), ELocal: i32(w.E),
+					Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
+		}
+		gemm2 = func() error {
+			return k.wgGemm2[bn].launchWith([3]int{w.K / bn, maxTiles, 1}, abiThreads, wgSmem(bn), s,
+				&wgGemm2Args{AQBF: ws.aqbf, W: l.wgW2, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
+					N: i32(w.N), K: i32(w.K), ELocal: i32(w.E)})
+		}
+	}
 	return []step{
 		{"memset", func() error { return cuMemsetD32(ws.pos, 0xFFFFFFFF, entries, s) }},
-		{"quantize_x", func() error {
-			if ws.form != formFloat {
-				return nil
-			}
-			nblocks := m * w.K / 32
-			return k.quantizeX.launch([3]int{(nblocks*32 + abiThreads - 1) / abiThreads, 1, 1}, s,
-				&quantizeXArgs{X: ws.x, Codes: ws.xq, Scales: ws.xs, NBlocks: i32(nblocks), Recipe: recipe})
-		}},
+		xstep,
 		{"route_count", func() error {
 			return k.routeCount.launch([3]int{w.E, 1, 1}, s,
 				&routeCountArgs{IDs: ws.ids, Counts: ws.counts, NEntries: i32(entries), Rank: i32(l.epRank), ELocal: i32(w.E)})
@@ -735,17 +918,8 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 				&routeScatterArgs{IDs: ws.ids, Counts: ws.counts, Perm: ws.perm, Pos: ws.pos, Offset: ws.offset, TileBase: ws.tileBase,
 					NEntries: i32(entries), Rank: i32(l.epRank), ELocal: i32(w.E), TT: i32(tt)})
 		}},
-		{"gemm1_act", func() error {
-			return k.gemm1[tt].launch([3]int{w.N / abiGemm1Features, maxTiles, 1}, s,
-				&gemm1Args{XQ: ws.xq, XS: ws.xs, W31: l.w31, W31S: l.w31s, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
-					Params: l.params, AQ: ws.aq, AQS: ws.aqs, K: i32(w.K), N: i32(w.N), TopK: i32(topk), ELocal: i32(w.E),
-					Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
-		}},
-		{"gemm2", func() error {
-			return k.gemm2[tt].launch([3]int{w.K / abiGemm2Rows, maxTiles, 1}, s,
-				&gemm2Args{AQ: ws.aq, AQS: ws.aqs, W2: l.w2, W2S: l.w2s, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
-					N: i32(w.N), K: i32(w.K), ELocal: i32(w.E)})
-		}},
+		{"gemm1_act", gemm1},
+		{"gemm2", gemm2},
 		{"finalize", func() error {
 			return k.finalize.launch([3]int{m, (w.K + abiFinalizeCols - 1) / abiFinalizeCols, 1}, s,
 				&finalizeArgs{Y: ws.y, Pos: ws.pos, Wts: ws.wts, Out: ws.out, TopK: i32(topk), K: i32(w.K)})

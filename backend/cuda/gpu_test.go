@@ -35,7 +35,7 @@ func TestLayerLifecycle(t *testing.T) {
 	}
 	l := layer.(*Layer)
 	// Which path runs: decode up to decodeMaxM tokens, grouped above.
-	if l.PathFor(1) != "decode" || l.PathFor(decodeMaxM) != "decode" || l.PathFor(decodeMaxM+1) != "grouped" {
+	if grouped := l.PathFor(decodeMaxM + 1); l.PathFor(1) != "decode" || l.PathFor(decodeMaxM) != "decode" || (grouped != "grouped" && grouped != "wgmma") {
 		t.Errorf("paths: M=1 %s, M=%d %s, M=%d %s", l.PathFor(1), decodeMaxM, l.PathFor(decodeMaxM), decodeMaxM+1, l.PathFor(decodeMaxM+1))
 	}
 	for m := 1; m <= MaxWorkspaces+4; m++ {
@@ -135,3 +135,109 @@ func TestWiden4Exhaustive(t *testing.T) {
 }
 
 func u32bytes(v []uint32) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v)) }
+
+// The wgmma path (sm_90a) against the mma.sync path on the same layer and
+// inputs, at the Kimi shape and M = 32 .. 2048, and both against the
+// oracle on sampled rows. Both multiply the same exact values; they sum
+// them in float32 in different orders (the tensor cores over a whole row,
+// mma.sync per 32-block and then across blocks), so they may differ by
+// float32 rounding and the rare MXFP8 rounding flip it causes; the test
+// logs how many values are bitwise equal.
+func TestWGMMAPath(t *testing.T) {
+	bk := openOrSkip(t)
+	b := bk.(*Backend)
+	defer b.Close()
+	if b.arch != ArchSM90a {
+		t.Skipf("the wgmma path needs sm_90a; this device is %s", b.arch)
+	}
+	s := validation.KimiEP32Rank7(activation.Situ, moe.ChainMXFP8, mxfp.RecipeRCeil)
+	w, err := validation.GenerateWeights(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer, err := b.Prepare(w, s.LayerSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layer.Close()
+	l := layer.(*Layer)
+	if err := l.SetWGMinM(1); err != nil {
+		t.Fatal(err)
+	}
+	o, err := moe.NewOracle(w, s.LayerSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []int{32, 128, 512, 2048} {
+		if err := l.SetWGMMA(true); err != nil {
+			t.Fatal(err)
+		}
+		if l.PathFor(m) != "wgmma" {
+			t.Fatalf("M=%d takes the %s path", m, l.PathFor(m))
+		}
+		s.M, s.Seed = m, uint64(7000+m)
+		c, err := validation.GenerateCase(&s, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs := map[bool][]float32{}
+		for _, on := range []bool{true, false} {
+			if err := l.SetWGMMA(on); err != nil {
+				t.Fatal(err)
+			}
+			outs[on] = nanFilledOut(m * w.K)
+			if err := l.Forward(outs[on], &c.Input, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		same := 0
+		for i := range outs[true] {
+			if math.Float32bits(outs[true][i]) == math.Float32bits(outs[false][i]) {
+				same++
+			}
+		}
+		rows := validation.SampleRows(m, 16, uint64(m))
+		ref := make([]float64, len(rows)*w.K)
+		if err := o.Forward(ref, &c.Input, rows); err != nil {
+			t.Fatal(err)
+		}
+		for _, on := range []bool{true, false} {
+			got := make([]float64, 0, len(ref))
+			for _, r := range rows {
+				got = append(got, validation.Widen(outs[on][r*w.K:(r+1)*w.K])...)
+			}
+			if met := validation.Compare(got, ref); met.Cosine < backend.MinCosine || !(met.NRMSE <= backend.MaxNRMSE) {
+				t.Errorf("M=%d wgmma=%v against the oracle: %+v", m, on, met)
+			}
+		}
+		vs := validation.Compare(validation.Widen(outs[true]), validation.Widen(outs[false]))
+		t.Logf("M=%d: wgmma and mma.sync bitwise equal in %d of %d values; wgmma against mma.sync: NRMSE %.3g", m, same, len(outs[true]), vs.NRMSE)
+	}
+
+	// Off, the grouped forwards take the mma.sync GEMMs; a shape that is
+	// not a multiple of 128 has no wgmma path to turn on.
+	if err := l.SetWGMMA(false); err != nil || l.PathFor(128) != "grouped" {
+		t.Errorf("SetWGMMA(false): %v, path %s", err, l.PathFor(128))
+	}
+	s.K, s.N, s.ELocal, s.TopK, s.LocalSlots, s.EP = 160, 96, 4, 2, 0, moe.EP{}
+	w2, err := validation.GenerateWeights(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer2, err := b.Prepare(w2, s.LayerSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layer2.Close()
+	if err := layer2.(*Layer).SetWGMMA(true); !errors.Is(err, backend.ErrUnsupported) {
+		t.Errorf("SetWGMMA(true) at K=160, N=96: %v", err)
+	}
+}
+
+func nanFilledOut(n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(math.NaN())
+	}
+	return v
+}

@@ -44,7 +44,7 @@ type benchRow struct {
 func runBench(args []string) error {
 	fs := newFlags("bench", "[--backend cuda] [--m 1,128,512,2048,8192] [--rounds 20] [--json FILE]")
 	name := fs.String("backend", "cuda", "backend (must time on a device)")
-	msFlag := fs.String("m", "1,2,4,8,16,32,128,512,2048,8192", "token counts")
+	msFlag := fs.String("m", "1,2,4,8,16,32,128,256,512,1024,2048,8192", "token counts")
 	rounds := fs.Int("rounds", 20, "interleaved timed rounds")
 	warmup := fs.Int("warmup", 3, "untimed forwards per token count first")
 	graph := fs.Bool("graph", true, "time CUDA-graph replays (else eager launches)")
@@ -56,6 +56,8 @@ func runBench(args []string) error {
 	plotPath := fs.String("plot", "", "also draw latency against M to this file (.svg, .png, .pdf)")
 	peersPath := fs.String("peers", "", "with --plot: a peer's JSON (peer_triton.json) to draw beside")
 	decodeMaxM := fs.Int("decode-max-m", 0, "cuda: largest M on the decode path (0: the backend's choice; -1: never)")
+	wgmma := fs.Bool("wgmma", true, "cuda on sm_90: the grouped path's GEMMs on wgmma where they are faster (false: the mma.sync GEMMs, to compare)")
+	wgMinM := fs.Int("wgmma-min-m", 0, "cuda on sm_90: smallest M on the wgmma GEMMs (0: the backend's choice; 1: every grouped M)")
 	gf := addGroupFlags(fs, "replicated, dispatch, both", "both")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -128,6 +130,28 @@ func runBench(args []string) error {
 			return usagef("--decode-max-m: backend %q has no decode path", *name)
 		}
 		if err := dl.SetDecodeMaxM(*decodeMaxM); err != nil {
+			p.done()
+			return err
+		}
+	}
+	if !*wgmma {
+		wl, ok := layer.(interface{ SetWGMMA(bool) error })
+		if !ok {
+			p.done()
+			return usagef("--wgmma: backend %q has no wgmma path", *name)
+		}
+		if err := wl.SetWGMMA(false); err != nil {
+			p.done()
+			return err
+		}
+	}
+	if *wgMinM != 0 {
+		wl, ok := layer.(interface{ SetWGMinM(int) error })
+		if !ok {
+			p.done()
+			return usagef("--wgmma-min-m: backend %q has no wgmma path", *name)
+		}
+		if err := wl.SetWGMinM(*wgMinM); err != nil {
 			p.done()
 			return err
 		}

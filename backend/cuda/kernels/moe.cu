@@ -20,7 +20,6 @@
 #error "compile with the ABI header from backend/cuda/abi.go prepended"
 #endif
 
-typedef unsigned short u16;
 typedef unsigned long long u64;
 struct __align__(8) f2 {
     float x, y;
@@ -650,6 +649,301 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_gemm1_act_t64
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_gemm1_act_t128(const Gemm1Args a) { gemm1_act<128>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_gemm2_t64(const Gemm2Args a) { gemm2<64>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_gemm2_t128(const Gemm2Args a) { gemm2<128>(a); }
+
+// ------------------------------------------------------- the wgmma path --
+//
+// The grouped GEMMs on Hopper's warpgroup MMA (sm_90a only: compiled where
+// NVRTC defines __CUDA_ARCH_FEAT_SM90_ALL, empty stubs elsewhere), on
+// BF16 operands: every MXFP4 weight and every MXFP8 token value is a BF16
+// value and BF16 products are exact in float32, so the tensor cores sum a
+// whole row in float32 with no per-block scale to apply (wg_layout.go).
+// (FP8 wgmma with the weight scales folded into E4M3 was tried first: its
+// block sums are not exact; docs/PERF.md.) x is converted to BF16 once
+// (kmoe_x_bf16), the weights at prepare time, and GEMM1 writes the
+// requantized intermediate as BF16 for GEMM2.
+//
+// One CTA: two warpgroups (256 threads), a tile of KMOE_WG_TOKENS tokens
+// of one expert (64 per warpgroup: the wgmma's M) by BN = 128 or 256
+// weight rows (its N; two instances). Both operands are staged in shared memory by cp.async, in
+// WG_STAGES stages of KMOE_WG_CHUNK_K k (128 bytes a row), in the
+// no-swizzle K-major core-matrix form (8 rows x 16 bytes in 128 contiguous
+// bytes; row r, byte b of a stage at (r/8)*1024 + (b/16)*128 + (r%8)*16 +
+// b%16): the tokens gathered row by row, the weights one contiguous block
+// per stage. Each stage is four wgmma m64n128k16 per warpgroup, issued
+// asynchronously; a stage is refilled once both warpgroups' wgmmas on it
+// have completed (wait_group 1 keeps the next stage's in flight).
+
+#define WG_STAGES KMOE_WG_STAGES
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WG_ENABLED 1
+#endif
+static_assert(KMOE_WG_TOKENS == 128 && KMOE_WG_CHUNK_K == 64, "two warpgroups of 64 tokens, 128-byte chunks");
+
+#define WG_CHUNK_BYTES (2 * KMOE_WG_CHUNK_K)
+
+// BN: weight rows per tile (the wgmma's N), 128 or 256.
+template <int BN>
+struct WgSmem {
+    u8 a[WG_STAGES][KMOE_WG_TOKENS * WG_CHUNK_BYTES];
+    u8 b[WG_STAGES][BN * WG_CHUNK_BYTES];
+    int src[KMOE_WG_TOKENS];
+};
+static_assert(sizeof(WgSmem<128>) == KMOE_WG_SMEM_128 && sizeof(WgSmem<256>) == KMOE_WG_SMEM_256,
+              "the host's dynamic shared memory sizes");
+
+// E4M3 code -> float (exact; 0x7F and 0xFF are NaN).
+__device__ __forceinline__ float e4m3_to_float(u32 c) {
+    u32 e = (c >> 3) & 15u, m = c & 7u;
+    float v = e == 0 ? (float)m * 0.001953125f : __uint_as_float(((e + 120u) << 23) | (m << 20));
+    if ((c & 0x7Fu) == 0x7Fu) v = __uint_as_float(0x7FC00000u);
+    return (c & 0x80u) ? -v : v;
+}
+
+// float -> BF16 bits for values that are BF16 values (the dequantized
+// MXFP8 ones); NaN stays NaN.
+__device__ __forceinline__ u32 bf16_bits(float v) {
+    return v != v ? 0x7FC0u : (__float_as_uint(v) >> 16);
+}
+
+// gated_act, called rather than inlined: the wgmma GEMM1 evaluates it at
+// 64 unrolled sites, and inlined copies of every activation there made the
+// kernel miss the instruction cache (ncu: 5 of 11.7 cycles per issued
+// instruction waiting for an instruction fetch).
+__device__ __noinline__ float gated_act_call(int kind, const float* p, float g, float u) { return gated_act(kind, p, g, u); }
+
+// x as BF16: the MXFP8 values of x (quantized here from float32 with the
+// recipe, as kmoe_quantize_x does, or given as codes and scales). One warp
+// per 32-block.
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_x_bf16(const XBF16Args a) {
+    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (warp >= a.n_blocks) return;
+    u64 i = (u64)warp * BLOCK + lane;
+    u32 c, s;
+    if (a.form == KMOE_FORM_FLOAT) {
+        c = warp_quantize_e4m3(a.x[i], a.recipe, &s);
+        s = __shfl_sync(0xFFFFFFFFu, s, 0);
+    } else {
+        c = a.codes[i];
+        s = a.scales[warp];
+    }
+    a.out[i] = (u16)bf16_bits(__fmul_rn(e4m3_to_float(c), e8m0_to_float(s)));
+}
+
+#if defined(WG_ENABLED)
+__device__ __forceinline__ int wg_off(int r, int b) { return (r >> 3) * 1024 + (b >> 4) * 128 + (r & 7) * 16 + (b & 15); }
+
+// The shared-memory matrix descriptor: start address, leading byte offset
+// (between the two core matrices along K: 128), stride byte offset
+// (between 8-row groups: 1024), no swizzle.
+__device__ __forceinline__ u64 wg_desc(const void* p) {
+    u64 a = smem_addr(p);
+    return ((a & 0x3FFFFull) >> 4) | ((u64)(128 >> 4) << 16) | ((u64)(1024 >> 4) << 32);
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// d += A (64 x 16, descriptor da) x B (16 x 128, descriptor db), BF16,
+// float32 accumulators.
+__device__ __forceinline__ void wgmma_bf16_m64n128k16(float (&d)[64], u64 da, u64 db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db));
+}
+
+__device__ __forceinline__ void wgmma_bf16_m64n256k16(float (&d)[128], u64 da, u64 db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db));
+}
+
+template <int BN>
+__device__ __forceinline__ void wgmma_bf16(float (&d)[BN / 2], u64 da, u64 db) {
+    if constexpr (BN == 128) wgmma_bf16_m64n128k16(d, da, db);
+    else wgmma_bf16_m64n256k16(d, da, db);
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+// Stage chunk c into stage st: the tile's token rows (src[i], or -1 for a
+// zero row; ld bytes a row) and the weight block wblk.
+template <int BN>
+__device__ __forceinline__ void wg_stage(WgSmem<BN>& s, int st, const u8* rows, int ld, const u8* wblk, int c) {
+    for (int p = threadIdx.x; p < KMOE_WG_TOKENS * WG_CHUNK_BYTES / 16; p += blockDim.x) {
+        int r = p >> 3, piece = p & 7, row = s.src[r];
+        cp_async16(&s.a[st][wg_off(r, piece * 16)], rows + (u64)(row < 0 ? 0 : row) * ld + c * WG_CHUNK_BYTES + piece * 16, row >= 0);
+    }
+    for (int p = threadIdx.x; p < BN * WG_CHUNK_BYTES / 16; p += blockDim.x) cp_async16(&s.b[st][p * 16], wblk + p * 16, true);
+}
+
+// The k loop: acc (this thread's BN/2 accumulators of its warpgroup's 64 x
+// BN tile) += the tile's tokens x weights over kdim k. rows are the
+// tokens' BF16 rows (2 kdim bytes each), wtile the tile's first block.
+template <int BN>
+__device__ __forceinline__ void wg_k_loop(float (&acc)[BN / 2], WgSmem<BN>& s, const u8* rows, int kdim, const u8* wtile) {
+    constexpr u64 block = BN * WG_CHUNK_BYTES;
+    int nchunk = kdim / KMOE_WG_CHUNK_K, ld = 2 * kdim;
+    int wg = threadIdx.x >> 7;
+#pragma unroll
+    for (int st = 0; st < WG_STAGES - 1; st++) {
+        if (st < nchunk) wg_stage<BN>(s, st, rows, ld, wtile + st * block, st);
+        cp_async_commit();
+    }
+    for (int c = 0; c < nchunk; c++) {
+        cp_async_wait<WG_STAGES - 2>(); // chunk c has landed (this thread's copies)
+        fence_proxy_async();            // ... and is visible to the tensor cores
+        __syncthreads();                // every thread's
+        int st = c % WG_STAGES;
+        wg_fence();
+#pragma unroll
+        for (int q = 0; q < 4; q++)
+            wgmma_bf16<BN>(acc, wg_desc(&s.a[st][wg_off(wg * 64, q * 32)]), wg_desc(&s.b[st][wg_off(0, q * 32)]));
+        wg_commit();
+        wg_wait<1>();    // this warpgroup's wgmmas on chunk c-1 are done
+        __syncthreads(); // ... and the other's: its stage may be refilled
+        int nx = c + WG_STAGES - 1;
+        if (nx < nchunk) wg_stage<BN>(s, nx % WG_STAGES, rows, ld, wtile + nx * block, nx);
+        cp_async_commit();
+    }
+    wg_wait<0>();
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) asm volatile("" : "+f"(acc[i])::"memory");
+    cp_async_wait<0>();
+}
+#endif
+
+// GEMM1 with the activation and MXFP8 requantization. CTA x takes
+// intermediate features [Fx, Fx + F), F = BN/2: weight rows 0..F-1 of its
+// tile are their up rows, F..BN-1 their gate rows, so accumulator i
+// (column 8(i/4) + 2(l%4) + i%2 of row 16w + l/4 + 8((i/2)%2)) and i + F/2
+// are the up and gate of one feature: the activation is computed in registers,
+// each 32-feature block of a row, held by the four lanes of a quad (8
+// values each), is quantized with a quad-wide amax (the rules of
+// act_requant_store), and its MXFP8 values are written as BF16.
+template <int BN>
+__device__ __forceinline__ void wg_gemm1_act(const WgGemm1Args& a) {
+#if defined(WG_ENABLED)
+    constexpr int F = BN / 2;
+    extern __shared__ __align__(128) u8 wg_smem_raw[];
+    WgSmem<BN>& s = *(WgSmem<BN>*)wg_smem_raw;
+    const int K = a.k, N = a.n;
+    Tile tl;
+    if (!block_tile<KMOE_WG_TOKENS>(a.offset, a.tile_base, a.e_local, &tl)) return;
+    if (threadIdx.x < KMOE_WG_TOKENS)
+        s.src[threadIdx.x] = threadIdx.x < tl.count ? a.perm[tl.row0 + threadIdx.x] / a.top_k : -1;
+    __syncthreads();
+    u64 tile = (u64)tl.expert * (N / F) + blockIdx.x;
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
+    wg_k_loop<BN>(acc, s, a.xbf, K, a.w + tile * (K / KMOE_WG_CHUNK_K) * (BN * WG_CHUNK_BYTES));
+
+    const float* p = a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE;
+    bool chain_fi = a.chain == KMOE_CHAIN_FLASHINFER;
+    int rcp = chain_fi ? KMOE_RECIPE_RCEIL : a.recipe;
+    int wg = threadIdx.x >> 7, w = (threadIdx.x >> 5) & 3, l = threadIdx.x & 31, t = l & 3;
+    int f0 = blockIdx.x * F;
+#pragma unroll
+    for (int h = 0; h < 2; h++) { // rows r and r + 8
+        int r = wg * 64 + w * 16 + (l >> 2) + 8 * h;
+        bool valid = r < tl.count;
+        u64 row = (u64)(tl.row0 + (valid ? r : 0));
+#pragma unroll
+        for (int bk = 0; bk < F / 32; bk++) { // 32-feature blocks
+            float v[8];
+            u32 amax = 0;
+            int nan = 0;
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++) {
+#pragma unroll
+                for (int b = 0; b < 2; b++) {
+                    int i = 4 * (4 * bk + jj) + 2 * h + b;
+                    float up = acc[i], gate = acc[i + F / 2];
+                    if (chain_fi) {
+                        up = round_bf16(up);
+                        gate = round_bf16(gate);
+                    }
+                    float act = gated_act_call(a.kind, p, gate, up);
+                    if (chain_fi) act = round_bf16(act);
+                    v[2 * jj + b] = act;
+                    u32 bits = __float_as_uint(act) & 0x7FFFFFFFu;
+                    if (bits > 0x7F800000u) nan = 1;
+                    else amax = umax(amax, bits);
+                }
+            }
+            for (int o = 1; o < 4; o <<= 1) {
+                amax = umax(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+                nan |= __shfl_xor_sync(0xFFFFFFFFu, nan, o);
+            }
+            u32 sc = block_scale_e4m3(amax, nan != 0, rcp);
+            if (!valid) continue;
+            float sf = e8m0_to_float(sc);
+#pragma unroll
+            for (int jj = 0; jj < 4; jj++) {
+                u32 pair = 0;
+#pragma unroll
+                for (int b = 0; b < 2; b++) {
+                    u32 code;
+                    if (sc == 0xFFu) code = 0x7Fu;
+                    else {
+                        float scaled = __fmul_rn(v[2 * jj + b], e8m0_inverse(sc));
+                        u32 su = __float_as_uint(scaled), sa = su & 0x7FFFFFFFu;
+                        code = sa > 0x7F800000u ? 0x7Eu : (e4m3_abs(sa) | ((su >> 24) & 0x80u));
+                    }
+                    pair |= bf16_bits(__fmul_rn(e4m3_to_float(code), sf)) << (16 * b);
+                }
+                int col = 8 * (4 * bk + jj) + 2 * t;
+                *(u32*)&a.aqbf[(row * N + f0 + col) * 2] = pair;
+            }
+        }
+    }
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_wg_gemm1_act_n128(const WgGemm1Args a) { wg_gemm1_act<128>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_wg_gemm1_act_n256(const WgGemm1Args a) { wg_gemm1_act<256>(a); }
+
+// GEMM2: y[row, f] for the tile's tokens and output features [BN x,
+// BN x + BN), written as float pairs.
+template <int BN>
+__device__ __forceinline__ void wg_gemm2(const WgGemm2Args& a) {
+#if defined(WG_ENABLED)
+    extern __shared__ __align__(128) u8 wg_smem_raw[];
+    WgSmem<BN>& s = *(WgSmem<BN>*)wg_smem_raw;
+    const int K = a.k, N = a.n;
+    Tile tl;
+    if (!block_tile<KMOE_WG_TOKENS>(a.offset, a.tile_base, a.e_local, &tl)) return;
+    if (threadIdx.x < KMOE_WG_TOKENS) s.src[threadIdx.x] = threadIdx.x < tl.count ? tl.row0 + threadIdx.x : -1;
+    __syncthreads();
+    u64 tile = (u64)tl.expert * (K / BN) + blockIdx.x;
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) acc[i] = 0.0f;
+    wg_k_loop<BN>(acc, s, a.aqbf, N, a.w + tile * (N / KMOE_WG_CHUNK_K) * (BN * WG_CHUNK_BYTES));
+    int wg = threadIdx.x >> 7, w = (threadIdx.x >> 5) & 3, l = threadIdx.x & 31;
+    int f0 = blockIdx.x * BN;
+#pragma unroll
+    for (int i = 0; i < BN / 2; i += 2) {
+        int r = wg * 64 + w * 16 + (l >> 2) + 8 * ((i >> 1) & 1);
+        int col = 8 * (i >> 2) + 2 * (l & 3);
+        if (r < tl.count) *(f2*)&a.y[(u64)(tl.row0 + r) * K + f0 + col] = f2{acc[i], acc[i + 1]};
+    }
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_wg_gemm2_n128(const WgGemm2Args a) { wg_gemm2<128>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_wg_gemm2_n256(const WgGemm2Args a) { wg_gemm2<256>(a); }
 
 // ------------------------------------------------------ the decode path --
 //
