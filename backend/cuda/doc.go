@@ -48,7 +48,7 @@
 // by the SHA-256 of source, architecture, options and NVRTC version; each
 // entry carries its own hash and a corrupt entry is rebuilt, not trusted.
 //
-// Two paths, chosen per forward by the token count (Layer.PathFor). The
+// Three paths, chosen per forward by the token count (Layer.PathFor). The
 // decode path (M <= 24, and every M when K or N is not a multiple of 128,
 // as GPT-OSS's 2880) streams the weights: they are re-laid at Prepare into
 // 16-row x 128-k tiles (K and N padded with zero weights, which is exact),
@@ -57,15 +57,26 @@
 // activation and requantization, GEMM2 and the finalize follow. The grouped
 // path (M > 24) quantizes x, routes into a stable expert-sorted permutation,
 // runs grouped GEMM1 (activation and requantization fused) and GEMM2 over
-// token tiles of 64 or 128 staged in shared memory, and finalizes. Both sum
-// each token's slots in slot order with no atomics (results are bitwise
-// deterministic), never index anything with -1 or another rank's id, and
-// use the same block-scaled MMA. A prepared layer keeps its weights twice
-// on the device, as given (grouped path) and re-laid in tiles (decode
-// path): 2 x 491 MB for the 28 experts of a Kimi-K3 EP32 rank.
+// token tiles of 64 or 128 staged in shared memory, and finalizes. On an
+// sm_90 device (the module is compiled for sm_90a) from M = 192 its GEMMs
+// are the wgmma path's: Hopper's warpgroup MMA on BF16 operands, which is
+// exact here (every MXFP4 weight and every MXFP8 value is a BF16 value, and
+// BF16 products are exact in float32), so the tensor cores sum whole rows
+// in float32 with no per-block scaling; weights re-laid at Prepare as BF16
+// in 256-row (128 where K is not a multiple of 256) tiles of the operand's
+// core-matrix layout, x and the intermediate written as BF16, four
+// cp.async stages, two consumer warpgroups (SetWGMMA and SetWGMinM turn it
+// off or move its threshold; KIMIMOE_WGMMA_MIN_M sets the threshold of
+// every layer, KIMIMOE_WGMMA_ROWS=128 the smaller tiles, both to measure).
+// All paths sum each token's slots in slot order with no atomics (results
+// are bitwise deterministic) and never index anything with -1 or another
+// rank's id. A prepared layer keeps its weights on the device as given
+// (grouped path), re-laid in tiles (decode path), and on sm_90 as BF16
+// (wgmma path): 2 x 491 MB + 1.85 GB for the 28 experts of a Kimi-K3 EP32
+// rank.
 //
-// The block-scaled MMA is one device function with two bodies. On sm_89 and
-// sm_90 (the default): FP8 mma.sync m16n8k32 e4m3 x e4m3 with E2M1 widened
+// The block-scaled MMA of the decode and mma.sync grouped GEMMs is one
+// device function with two bodies. On sm_89 and sm_90 (the default): FP8 mma.sync m16n8k32 e4m3 x e4m3 with E2M1 widened
 // exactly to E4M3, one MMA per 32-block with a zero accumulator, promoted
 // to float32 with both scales. On sm_120a: the native mma.sync
 // kind::mxf8f6f4.block_scale with ue8m0 scales. The sm_120a body is opt-in
@@ -78,8 +89,9 @@
 // float32 or pre-quantized, CUDA Graphs. Anything else fails at Prepare with backend.ErrUnsupported naming
 // the "go" backend as the fallback.
 //
-// Precision against the oracle (same chain): the GEMMs accumulate block
-// products in float32 (the oracle: exact block sums, float64 across blocks),
+// Precision against the oracle (same chain): the GEMMs accumulate in
+// float32 (mma.sync: exact block products summed across blocks; wgmma:
+// whole rows; the oracle: exact block sums, float64 across blocks),
 // the activation is float32 (on the mxfp8 chain the oracle's is float64),
 // and the finalize sums slots in float32. The first two can move an
 // intermediate value across an MXFP8 rounding boundary, changing that

@@ -91,9 +91,10 @@ func (l *Layer) PathFor(m int) string {
 
 // wgMinM is the smallest token count whose grouped forward runs the
 // wgmma GEMMs. Below it the mma.sync GEMMs, which read the weights as
-// MXFP4 (a quarter of the BF16 bytes), are faster; measured on the H200
-// at the Kimi shape (docs/PERF.md).
-const wgMinM = 512
+// MXFP4 (a quarter of the BF16 bytes), are faster. Measured on the H200 at
+// the Kimi shape (docs/PERF.md): mma.sync 0.862 ms against wgmma 0.912 at
+// M=128, 1.111 against 0.902 at M=192.
+const wgMinM = 192
 
 // useWG reports whether a grouped forward of m tokens runs the wgmma
 // GEMMs: on sm_90a, for K and N multiples of 128, from wgMinM tokens
