@@ -18,42 +18,69 @@ var (
 	libMu    sync.Mutex
 	driverOK bool // libcuda loaded and cuInit succeeded
 	nvrtcOK  bool
+	ncclOK   bool
 )
 
-func nvrtcCandidates() []string {
-	var c []string
-	if p := os.Getenv("KIMIMOE_NVRTC"); p != "" {
-		return []string{p} // named explicitly: only this one
-	}
-	c = append(c, "libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12")
-	if h := os.Getenv("CUDA_HOME"); h != "" {
-		c = append(c, filepath.Join(h, "lib64", "libnvrtc.so"))
-	}
-	return c
+// optionalLib is a library found among candidate names: $env if set (and
+// only it), else the defaults in order.
+type optionalLib struct {
+	name     string // in messages: "NVRTC"
+	env      string
+	defaults func() []string
+	load     func(path string) (why string)
+	ok       *bool // guarded by libMu
+	missing  error // the sentinel a failure wraps
 }
 
-// loadNVRTC opens NVRTC once; it needs no driver or device.
-func loadNVRTC() error {
+var (
+	nvrtcLib = optionalLib{name: "NVRTC", env: "KIMIMOE_NVRTC", load: dlLoadNVRTC, ok: &nvrtcOK, missing: ErrNoNVRTC,
+		defaults: func() []string {
+			c := []string{"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"}
+			if h := os.Getenv("CUDA_HOME"); h != "" {
+				c = append(c, filepath.Join(h, "lib64", "libnvrtc.so"))
+			}
+			return c
+		}}
+	ncclLib = optionalLib{name: "NCCL", env: "KIMIMOE_LIBNCCL", load: dlLoadNCCL, ok: &ncclOK, missing: ErrNoNCCL,
+		defaults: func() []string { return []string{"libnccl.so.2", "libnccl.so"} }}
+)
+
+func (l *optionalLib) candidates() []string {
+	if p := os.Getenv(l.env); p != "" {
+		return []string{p} // named explicitly: only this one
+	}
+	return l.defaults()
+}
+
+// open loads the library once per process: the first candidate that
+// loads; else an error wrapping l.missing with every candidate's reason.
+func (l *optionalLib) open() error {
 	libMu.Lock()
 	defer libMu.Unlock()
-	if nvrtcOK {
+	if *l.ok {
 		return nil
 	}
 	var tried []string
-	for _, p := range nvrtcCandidates() {
-		why := dlLoadNVRTC(p)
+	for _, p := range l.candidates() {
+		why := l.load(p)
 		if why == "" {
-			nvrtcOK = true
+			*l.ok = true
 			return nil
 		}
 		tried = append(tried, p+": "+why)
 	}
-	hint := "set KIMIMOE_NVRTC to its path"
-	if os.Getenv("KIMIMOE_NVRTC") != "" {
-		hint = "KIMIMOE_NVRTC names a library that is not a usable NVRTC"
+	hint := "set " + l.env + " to its path"
+	if os.Getenv(l.env) != "" {
+		hint = l.env + " names a library that is not a usable " + l.name
 	}
-	return fmt.Errorf("%w (%s; %s)", ErrNoNVRTC, strings.Join(tried, "; "), hint)
+	return fmt.Errorf("%w (%s; %s)", l.missing, strings.Join(tried, "; "), hint)
 }
+
+// loadNVRTC opens NVRTC once; it needs no driver or device.
+func loadNVRTC() error { return nvrtcLib.open() }
+
+// loadNCCL opens NCCL once per process.
+func loadNCCL() error { return ncclLib.open() }
 
 // loadDriver opens libcuda and runs cuInit, once per process.
 func loadDriver() error {

@@ -5,7 +5,6 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"sort"
 	"strings"
@@ -59,39 +58,6 @@ type member struct {
 	comm    ncclComm
 	rank    int
 	aborted atomic.Bool // set once; may be set from another goroutine than the one holding the lock
-}
-
-// ncclCandidates: $KIMIMOE_LIBNCCL if set (and only it), else the soname.
-func ncclCandidates() []string {
-	if p := os.Getenv("KIMIMOE_LIBNCCL"); p != "" {
-		return []string{p}
-	}
-	return []string{"libnccl.so.2", "libnccl.so"}
-}
-
-var ncclOK bool // guarded by libMu
-
-// loadNCCL opens NCCL once per process.
-func loadNCCL() error {
-	libMu.Lock()
-	defer libMu.Unlock()
-	if ncclOK {
-		return nil
-	}
-	var tried []string
-	for _, p := range ncclCandidates() {
-		why := dlLoadNCCL(p)
-		if why == "" {
-			ncclOK = true
-			return nil
-		}
-		tried = append(tried, p+": "+why)
-	}
-	hint := "set KIMIMOE_LIBNCCL to its path"
-	if os.Getenv("KIMIMOE_LIBNCCL") != "" {
-		hint = "KIMIMOE_LIBNCCL names a library that is not a usable NCCL"
-	}
-	return fmt.Errorf("%w (%s; %s)", ErrNoNCCL, strings.Join(tried, "; "), hint)
 }
 
 // NewUniqueID makes the id of a new group (rank 0 does this, then hands it
