@@ -63,8 +63,15 @@ func (l EPLayer) ReachProbability() float64 {
 func (l EPLayer) DispatchBytes() float64 {
 	d := float64(l.Devices)
 	reached := float64(l.Tokens) / d * l.ReachProbability() * (d - 1)
-	h := float64(l.Hidden)
-	return reached*(h+h/32+8*float64(l.TopK)) + reached*4*h
+	out, back := DispatchTokenBytes(l.Hidden, l.TopK)
+	return reached * float64(out+back)
+}
+
+// DispatchTokenBytes is what one token costs a dispatch to one other
+// device: out, x as MXFP8 (hidden codes, hidden/32 scales) with its top-k
+// ids and weights (4 bytes each); back, its float32 partial output.
+func DispatchTokenBytes(hidden, topk int) (out, back int64) {
+	return int64(hidden + hidden/32 + 8*topk), int64(4 * hidden)
 }
 
 // Seconds is the time to move bytes at a device's send bandwidth bw

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"kimimoe/moe"
+	"kimimoe/plan"
 )
 
 // Mode is how an expert-parallel group moves tokens between devices.
@@ -105,17 +106,17 @@ func (p *dispatchPlan) counts() []int32 {
 }
 
 // dispatchBytes are the bytes rank r sends to other devices in one
-// forward, given the token counts sent[r][d] of every rank: x as MXFP8
-// (K codes, K/32 scales), top-k ids and weights (4 bytes each) out, and
-// the float32 partial outputs (K values) back for the tokens it received.
+// forward, given the token counts sent[r][d] of every rank: its tokens out
+// and the partial outputs of the tokens it received back, at
+// plan.DispatchTokenBytes each.
 func dispatchBytes(sent [][]int32, r, k, topk int) int64 {
+	out, back := plan.DispatchTokenBytes(k, topk)
 	var b int64
 	for d := range sent {
 		if d == r {
 			continue
 		}
-		b += int64(sent[r][d]) * int64(k+k/32+8*topk) // dispatch
-		b += int64(sent[d][r]) * int64(4*k)           // combine
+		b += int64(sent[r][d])*out + int64(sent[d][r])*back
 	}
 	return b
 }
