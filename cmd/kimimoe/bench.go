@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"kimimoe/validation"
 	"os"
+	"slices"
 	"sort"
 	"time"
 
@@ -13,6 +14,27 @@ import (
 	"kimimoe/moe"
 	"kimimoe/mxfp"
 )
+
+// layerKnob applies set to layer where the layer has that setting (L),
+// else it is a usage error naming the flag.
+func layerKnob[L any](layer backend.Layer, flag, backendName, what string, set func(L) error) error {
+	l, ok := layer.(L)
+	if !ok {
+		return usagef("%s: backend %q has no %s", flag, backendName, what)
+	}
+	return set(l)
+}
+
+// median of v (not empty): the middle value, or the mean of the two
+// middle ones.
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 0 {
+		return (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return s[len(s)/2]
+}
 
 // benchOptions are the flags bench --devices uses.
 type benchOptions struct {
@@ -123,35 +145,25 @@ func runBench(args []string) error {
 		return err
 	}
 	defer layer.Close()
-	if *decodeMaxM != 0 {
-		dl, ok := layer.(interface{ SetDecodeMaxM(int) error })
-		if !ok {
-			p.done()
-			return usagef("--decode-max-m: backend %q has no decode path", *name)
+	for _, knob := range []struct {
+		on  bool
+		set func() error
+	}{
+		{*decodeMaxM != 0, func() error {
+			return layerKnob(layer, "--decode-max-m", *name, "decode path",
+				func(l interface{ SetDecodeMaxM(int) error }) error { return l.SetDecodeMaxM(*decodeMaxM) })
+		}},
+		{!*wgmma, func() error {
+			return layerKnob(layer, "--wgmma", *name, "wgmma path", func(l interface{ SetWGMMA(bool) error }) error { return l.SetWGMMA(false) })
+		}},
+		{*wgMinM != 0, func() error {
+			return layerKnob(layer, "--wgmma-min-m", *name, "wgmma path", func(l interface{ SetWGMinM(int) error }) error { return l.SetWGMinM(*wgMinM) })
+		}},
+	} {
+		if !knob.on {
+			continue
 		}
-		if err := dl.SetDecodeMaxM(*decodeMaxM); err != nil {
-			p.done()
-			return err
-		}
-	}
-	if !*wgmma {
-		wl, ok := layer.(interface{ SetWGMMA(bool) error })
-		if !ok {
-			p.done()
-			return usagef("--wgmma: backend %q has no wgmma path", *name)
-		}
-		if err := wl.SetWGMMA(false); err != nil {
-			p.done()
-			return err
-		}
-	}
-	if *wgMinM != 0 {
-		wl, ok := layer.(interface{ SetWGMinM(int) error })
-		if !ok {
-			p.done()
-			return usagef("--wgmma-min-m: backend %q has no wgmma path", *name)
-		}
-		if err := wl.SetWGMinM(*wgMinM); err != nil {
+		if err := knob.set(); err != nil {
 			p.done()
 			return err
 		}
@@ -227,12 +239,7 @@ func runBench(args []string) error {
 	fmt.Fprintf(out, "%6s %8s %8s %10s %10s %10s %9s %9s %9s %8s  %s\n", "M", "experts", "MB", "median ms", "min ms", "max ms", "GB/s", "TFLOP/s", "floor ms", "x floor", "path")
 	for j := range rows {
 		r := &rows[j]
-		sorted := append([]float64(nil), r.SamplesMS...)
-		sort.Float64s(sorted)
-		r.MedianMS, r.MinMS, r.MaxMS = sorted[len(sorted)/2], sorted[0], sorted[len(sorted)-1]
-		if len(sorted)%2 == 0 {
-			r.MedianMS = (sorted[len(sorted)/2-1] + sorted[len(sorted)/2]) / 2
-		}
+		r.MedianMS, r.MinMS, r.MaxMS = median(r.SamplesMS), slices.Min(r.SamplesMS), slices.Max(r.SamplesMS)
 		sec := r.MedianMS / 1e3
 		r.GBps = float64(r.Bytes) / sec / 1e9
 		r.TFLOPs = r.FLOPs / sec / 1e12

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"sort"
 	"strconv"
 	"time"
 
@@ -105,15 +104,6 @@ type deviceRow struct {
 	OneGPUEagerMS  float64                   `json:"one_gpu_eager_ms"`
 	Modes          map[string]*deviceModeRow `json:"modes"`
 	oneGraph, one1 []float64
-}
-
-func median(v []float64) float64 {
-	s := append([]float64(nil), v...)
-	sort.Float64s(s)
-	if len(s)%2 == 0 {
-		return (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return s[len(s)/2]
 }
 
 // runBenchDevices times a 56-expert layer (top-16 over all 56, so each of

@@ -8,10 +8,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"kimimoe/activation"
+	"kimimoe/backend"
 	"kimimoe/checkpoint"
 	"kimimoe/moe"
 	"kimimoe/mxfp"
@@ -392,5 +394,40 @@ func TestPlanEPLayer(t *testing.T) {
 	var ue usageError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "56 experts do not divide over 3 devices") {
 		t.Errorf("3 devices: %v", err)
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		v    []float64
+		want float64
+	}{{[]float64{3}, 3}, {[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}, {[]float64{5, 5, 1, 9, 5}, 5}} {
+		in := append([]float64(nil), c.v...)
+		if got := median(c.v); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", in, got, c.want)
+		}
+		if !slices.Equal(c.v, in) {
+			t.Errorf("median reordered its input: %v", c.v)
+		}
+	}
+}
+
+type knobLayer struct {
+	backend.Layer
+	set int
+}
+
+func (l *knobLayer) SetDecodeMaxM(m int) error { l.set = m; return nil }
+
+// layerKnob sets what the layer has, and names the flag for what it has not.
+func TestLayerKnob(t *testing.T) {
+	l := &knobLayer{}
+	if err := layerKnob(l, "--decode-max-m", "x", "decode path", func(k interface{ SetDecodeMaxM(int) error }) error { return k.SetDecodeMaxM(7) }); err != nil || l.set != 7 {
+		t.Errorf("set: %v, %d", err, l.set)
+	}
+	err := layerKnob(l, "--wgmma", "x", "wgmma path", func(k interface{ SetWGMMA(bool) error }) error { return k.SetWGMMA(false) })
+	var ue usageError
+	if !errors.As(err, &ue) || err.Error() != `--wgmma: backend "x" has no wgmma path` {
+		t.Errorf("missing setting: %v", err)
 	}
 }
