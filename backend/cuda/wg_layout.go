@@ -104,7 +104,7 @@ func wgW2(w *moe.Weights, bn int) []uint8 {
 }
 
 // wgTileRows picks the weight rows per tile for w (0: no wgmma path):
-// 256 where K is a multiple of 256 (half the shared-memory traffic per
+// 256 where K is a multiple of 256 (a quarter less operand traffic per
 // multiply-add of 128; measured in docs/PERF.md), else 128; K and N must
 // be multiples of abiStageK (whole 64-k chunks, 64-feature FC1 tiles).
 func wgTileRows(w *moe.Weights) int {
