@@ -10,10 +10,11 @@
 # Then, through the device tool, with carry [".gpu"]:
 #   bash scripts/gpu-check.sh run
 # which writes at most 8 files under $OUT: run.log, cuda_test.log, the
-# validate JSON of both chains and of the whole matrix on the wgmma GEMMs,
-# bench.json (default paths), bench_mma.json (the mma.sync GEMMs) and
-# peer_triton.json; compute-sanitizer memcheck and racecheck on the smoke
-# suite go to run.log.
+# validate JSON of both chains (default paths: wgmma-fp4 up to M=512 on
+# sm_90) and of the whole matrix without the wgmma-fp4 path (decode,
+# mma.sync and wgmma GEMMs), bench.json (default paths), bench_nofp4.json
+# (the paths before wgmma-fp4) and peer_triton.json; compute-sanitizer
+# memcheck and racecheck on the smoke suite go to run.log.
 # On nvidia-h200-x2 (two GPUs, NCCL), with carry [".gpu"]:
 #   bash scripts/gpu-check.sh multi
 # runs the group tests, validate over 2 devices in both modes from one
@@ -62,11 +63,13 @@ grep -E "^(--- |ok|FAIL|PASS)|cubin|rror|panic" "$OUT/cuda_test.log" | head -40 
 for chain in mxfp8 flashinfer; do
   timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ --chain "$chain" --json "$OUT/validate_situ_$chain.json" 2>&1 | tee -a "$log" | tail -1
 done
-# The whole matrix on the wgmma GEMMs (sm_90), not only the M >= 512 cases.
-KIMIMOE_WGMMA_MIN_M=1 timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ --json "$OUT/validate_situ_mxfp8_wgmma_all.json" 2>&1 | tee -a "$log" | tail -1
+# The whole matrix without the wgmma-fp4 path: the decode path at small M,
+# then the mma.sync GEMMs, the wgmma GEMMs from every grouped M.
+KIMIMOE_FP4_MAX_M=0 timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ --json "$OUT/validate_situ_mxfp8_nofp4.json" 2>&1 | tee -a "$log" | tail -1
+KIMIMOE_FP4_MAX_M=0 KIMIMOE_DECODE_MAX_M=-1 KIMIMOE_WGMMA_MIN_M=1 timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ 2>&1 | tee -a "$log" | tail -1
 timeout 60 .gpu/kimimoe validate --backend cuda --suite smoke --activation swiglu_oai --recipe floor 2>&1 | tee -a "$log" | tail -1
 timeout 120 .gpu/kimimoe bench --backend cuda --profile --rounds 20 --json "$OUT/bench.json" 2>&1 | tee -a "$log"
-timeout 120 .gpu/kimimoe bench --backend cuda --rounds 10 --wgmma=false --m 128,256,512,1024,2048,8192 --json "$OUT/bench_mma.json" 2>&1 | tail -8 | tee -a "$log"
+timeout 120 .gpu/kimimoe bench --backend cuda --rounds 10 --fp4-max-m 0 --json "$OUT/bench_nofp4.json" 2>&1 | tail -16 | tee -a "$log"
 if [ -f .gpu/peer_moe.py ]; then
   mkdir -p /tmp/peer
   OUT=/tmp/peer PEER_MS=1,2,4,8,16,32,128,256,512,1024,2048,8192 PYTHONUNBUFFERED=1 timeout 200 python3 .gpu/peer_moe.py > /tmp/peer/stdout.txt 2>&1
@@ -74,6 +77,6 @@ if [ -f .gpu/peer_moe.py ]; then
   grep -A14 "triton_ms" /tmp/peer/stdout.txt | tee -a "$log"
 fi
 for tool in memcheck racecheck; do
-  KIMIMOE_WGMMA_MIN_M=1 timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 .gpu/kimimoe validate --backend cuda --suite smoke --runs 1 > /tmp/san.txt 2>&1
-  echo "compute-sanitizer $tool on validate --suite smoke (wgmma GEMMs for every grouped M): exit $?" | tee -a "$log"; tail -2 /tmp/san.txt | tee -a "$log"
+  timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 .gpu/kimimoe validate --backend cuda --suite smoke --runs 1 > /tmp/san.txt 2>&1
+  echo "compute-sanitizer $tool on validate --suite smoke (default paths: wgmma-fp4 on sm_90): exit $?" | tee -a "$log"; tail -2 /tmp/san.txt | tee -a "$log"
 done

@@ -312,6 +312,69 @@ type wgGemm2Args struct {
 	Pad      int32 `cname:"unused"`
 }
 
+// The wgmma-fp4 path (sm_90a; f4_layout.go, kernels/moe.cu "the
+// wgmma-fp4 path"): MXFP4 weights widened to BF16 in registers, x and the
+// intermediate as BF16 as on the wgmma path.
+const (
+	f4ChunkBytes   = 128 * 16 // payload of one 64-row group and 64-k chunk
+	f4ChunkScales  = 128 * 4  // its scale bytes
+	abiF4TileMax   = 128      // the largest token tile
+	abiF4RowsGemm1 = 64       // intermediate features per GEMM1 CTA (two warpgroups of 32)
+	abiF4RowsGemm2 = 128      // output rows per GEMM2 CTA (two warpgroups of 64)
+)
+
+// f4Tiles are the instances' tokens per tile (the wgmma's N).
+var f4Tiles = []int{8, 16, 32, 64, 128}
+
+// f4Stages are the token chunks staged at once per tile size: deeper for
+// small tiles, whose stages are small and whose loop is latency-bound.
+var f4Stages = map[int]int{8: 8, 16: 6, 32: 5, 64: 4, 128: 3}
+
+// f4Smem is sizeof(F4Smem<nt>): the staged tokens (128 k a stage) and the
+// tile's source rows.
+func f4Smem(nt int) int { return f4Stages[nt]*nt*2*2*abiWGChunkK + 4*nt }
+
+type f4Gemm1Args struct {
+	XBF      devptr `c:"const u8*" cname:"xbf"`
+	W        devptr `c:"const u8*"`
+	WS       devptr `c:"const u8*"`
+	Perm     devptr `c:"const int*"`
+	Offset   devptr `c:"const int*"`
+	TileBase devptr `c:"const int*"`
+	Params   devptr `c:"const float*"`
+	AQBF     devptr `c:"u8*" cname:"aqbf"`
+	K        int32
+	N        int32
+	TopK     int32
+	ELocal   int32
+	Kind     int32
+	NParams  int32
+	Chain    int32
+	Recipe   int32
+}
+
+type f4Gemm2Args struct {
+	AQBF     devptr `c:"const u8*" cname:"aqbf"`
+	W        devptr `c:"const u8*"`
+	WS       devptr `c:"const u8*"`
+	Offset   devptr `c:"const int*"`
+	TileBase devptr `c:"const int*"`
+	Y        devptr `c:"float*"`
+	N        int32
+	K        int32
+	ELocal   int32
+	Pad      int32 `cname:"unused"`
+}
+
+// testF4WidenArgs: the exhaustive test of the wgmma-fp4 widening.
+type testF4WidenArgs struct {
+	In  devptr `c:"const u32*"`
+	Sc  devptr `c:"const u32*"`
+	Out devptr `c:"u32*"`
+	N   int32
+	Pad int32 `cname:"unused"`
+}
+
 // Expert parallelism across devices (group.go): gather the rows a device
 // sends, and add the partial outputs that come back into the home rows.
 type gatherRowsArgs struct {
@@ -360,16 +423,34 @@ var (
 	kWGGemm2      = map[int]kernelSpec{128: spec[wgGemm2Args]("kmoe_wg_gemm2_n128"), 256: spec[wgGemm2Args]("kmoe_wg_gemm2_n256")}
 	kGatherRows   = spec[gatherRowsArgs]("kmoe_gather_rows")
 	kAddRows      = spec[addRowsArgs]("kmoe_add_rows")
+	kF4Gemm1      = f4Specs[f4Gemm1Args]("kmoe_f4_gemm1_act_t")
+	kF4Gemm2      = f4Specs[f4Gemm2Args]("kmoe_f4_gemm2_t")
+	kTestF4Widen  = spec[testF4WidenArgs]("kmoe_test_f4_widen")
 	kDecGemm1     = map[int]kernelSpec{1: spec[decodeGemm1Args]("kmoe_decode_gemm1_n1"), 2: spec[decodeGemm1Args]("kmoe_decode_gemm1_n2"), 4: spec[decodeGemm1Args]("kmoe_decode_gemm1_n4")}
 	kDecGemm2     = map[int]kernelSpec{1: spec[decodeGemm2Args]("kmoe_decode_gemm2_n1"), 2: spec[decodeGemm2Args]("kmoe_decode_gemm2_n2"), 4: spec[decodeGemm2Args]("kmoe_decode_gemm2_n4")}
 )
+
+// f4Specs names the wgmma-fp4 instances prefix + NT, by NT.
+func f4Specs[A any](prefix string) map[int]kernelSpec {
+	m := map[int]kernelSpec{}
+	for _, nt := range f4Tiles {
+		m[nt] = spec[A](fmt.Sprintf("%s%d", prefix, nt))
+	}
+	return m
+}
 
 // decodeSubtiles are the instances of the decode GEMMs: token subtiles of
 // 8 per pass.
 var decodeSubtiles = []int{1, 2, 4}
 
 var kernelSpecs = []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize,
-	kDecPrologue, kDecGemm1[1], kDecGemm1[2], kDecGemm1[4], kDecGemm2[1], kDecGemm2[2], kDecGemm2[4], kTestWiden4, kXBF16, kWGGemm1[128], kWGGemm1[256], kWGGemm2[128], kWGGemm2[256], kGatherRows, kAddRows}
+	kDecPrologue, kDecGemm1[1], kDecGemm1[2], kDecGemm1[4], kDecGemm2[1], kDecGemm2[2], kDecGemm2[4], kTestWiden4, kXBF16, kWGGemm1[128], kWGGemm1[256], kWGGemm2[128], kWGGemm2[256], kGatherRows, kAddRows, kTestF4Widen}
+
+func init() {
+	for _, nt := range f4Tiles {
+		kernelSpecs = append(kernelSpecs, kF4Gemm1[nt], kF4Gemm2[nt])
+	}
+}
 
 // cName is a struct's C name: quantizeXArgs -> QuantizeXArgs.
 func cName(t reflect.Type) string {
@@ -453,6 +534,10 @@ func abiHeader() string {
 		{"DECODE_THREADS", abiDecodeThreads},
 		{"WG_TOKENS", abiWGTokens}, {"WG_CHUNK_K", abiWGChunkK}, {"WG_STAGES", abiWGStages},
 		{"WG_SMEM_128", wgSmem(128)}, {"WG_SMEM_256", wgSmem(256)},
+		{"F4_STAGES_T8", f4Stages[8]}, {"F4_STAGES_T16", f4Stages[16]}, {"F4_STAGES_T32", f4Stages[32]},
+		{"F4_STAGES_T64", f4Stages[64]}, {"F4_STAGES_T128", f4Stages[128]},
+		{"F4_SMEM_T8", f4Smem(8)}, {"F4_SMEM_T128", f4Smem(128)},
+		{"F4_CHUNK_BYTES", f4ChunkBytes}, {"F4_CHUNK_SCALES", f4ChunkScales}, {"F4_TILE_MAX", abiF4TileMax},
 	} {
 		fmt.Fprintf(&b, "#define KMOE_%s %d\n", d.name, d.v)
 	}
@@ -463,7 +548,8 @@ func abiHeader() string {
 		fmt.Fprintf(&b, "#define KMOE_ACT_%s %d\n", strings.ToUpper(k.String()), activationCode(k))
 	}
 	for _, t := range []reflect.Type{kQuantizeX.args, kRouteCount.args, kRouteScatter.args, kGemm1Small.args, kGemm2Small.args, kFinalize.args,
-		kDecPrologue.args, kDecGemm1[1].args, kDecGemm2[1].args, kTestWiden4.args, kXBF16.args, kWGGemm1[128].args, kWGGemm2[128].args, kGatherRows.args, kAddRows.args} {
+		kDecPrologue.args, kDecGemm1[1].args, kDecGemm2[1].args, kTestWiden4.args, kXBF16.args, kWGGemm1[128].args, kWGGemm2[128].args, kGatherRows.args, kAddRows.args,
+		kF4Gemm1[8].args, kF4Gemm2[8].args, kTestF4Widen.args} {
 		b.WriteString(cStruct(t))
 	}
 	b.WriteString("// End of the generated ABI.\n")

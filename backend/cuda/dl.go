@@ -226,6 +226,7 @@ import "C"
 
 import (
 	"fmt"
+	"os"
 	"unsafe"
 )
 
@@ -483,6 +484,9 @@ func nvrtcCompile(src, name, arch string, opts []string) ([]byte, error) {
 	}
 	if r != 0 {
 		return nil, &CompileError{Arch: arch, Log: log}
+	}
+	if log != "" && os.Getenv("KIMIMOE_NVRTC_VERBOSE") == "1" {
+		fmt.Fprintf(os.Stderr, "NVRTC log (%s):\n%s\n", arch, log)
 	}
 	var n C.size_t
 	if err := nvrtcCheck("nvrtcGetCUBINSize", C.k_nvrtcGetCUBINSize(prog, &n)); err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"reflect"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -61,11 +62,84 @@ func (l *Layer) useDecode(m int) bool {
 // the layer's workspaces. It exists to measure the crossover (kimimoe bench
 // --decode-max-m).
 func (l *Layer) SetDecodeMaxM(m int) error {
+	return l.reconfigure(func() error { l.decodeMaxM = m; return nil })
+}
+
+// PathFor names the kernels a forward of m tokens runs: "decode" (weights
+// streamed, tokens on the MMA's narrow side), "wgmma-fp4" (the grouped
+// GEMMs on Hopper's warpgroup MMA with the MXFP4 weights widened to BF16
+// in registers), "wgmma" (the same with the weights stored as BF16) or
+// "grouped" (token tiles of the mma.sync grouped GEMMs). An input whose x
+// passes BF16's range (xPastBF16) runs "grouped" where this says one of
+// the two wgmma paths.
+func (l *Layer) PathFor(m int) string {
+	switch {
+	case l.useF4(m):
+		return "wgmma-fp4"
+	case l.useDecode(m):
+		return "decode"
+	case l.useWG(m):
+		return "wgmma"
+	}
+	return "grouped"
+}
+
+// f4MaxMDefault is the largest token count on the wgmma-fp4 GEMMs, which
+// take every smaller one where they are available (before the decode
+// path); above it the wgmma GEMMs on BF16 weights take over. Measured on
+// the H200 at the Kimi shape (docs/PERF.md): wgmma-fp4 1.465 against
+// wgmma 1.616 ms at M=512, 2.551 against 2.331 at M=1024; and below,
+// 0.107 against the decode path's 0.127 at M=1, 0.245 against 0.313 at 8.
+const f4MaxMDefault = 512
+
+// useF4 reports whether a grouped forward of m tokens runs the wgmma-fp4
+// GEMMs: on sm_90a, for the shapes and scales f4Available allows, up to
+// f4MaxM tokens (SetFP4MaxM).
+func (l *Layer) useF4(m int) bool { return l.f4W31 != 0 && m <= l.f4MaxM }
+
+// f4TileTokens is the wgmma-fp4 GEMMs' token tile (the wgmma's N) for m
+// tokens: the tokens an expert gets grow with m. Measured on the H200 at
+// the Kimi shape (docs/PERF.md; KIMIMOE_FP4_TOKENS forces one): 32 at
+// M=64 (0.341 ms, 64: 0.485), 64 from M=128 to 1024 (0.502 ms at 128,
+// 32: 0.577; 1.465 at 512, 128: 2.137).
+func f4TileTokens(m int) int {
+	switch {
+	case m <= 24:
+		return 8
+	case m <= 48:
+		return 16
+	case m <= 96:
+		return 32
+	}
+	return 64
+}
+
+// SetFP4MaxM sets the largest token count on the wgmma-fp4 GEMMs (0: none)
+// and frees the layer's workspaces; setting it above 0 where the path is
+// not available is an error wrapping backend.ErrUnsupported. It exists to
+// measure the crossovers (kimimoe bench --fp4-max-m).
+func (l *Layer) SetFP4MaxM(m int) error {
+	return l.reconfigure(func() error {
+		if m > 0 && l.f4W31 == 0 {
+			return fmt.Errorf("%w: the wgmma-fp4 path needs an sm_90 device, K and N multiples of 128 and weight scales up to 2^%d (%s)",
+				backend.ErrUnsupported, f4MaxScale-127, l.f4WhyNot)
+		}
+		l.f4MaxM = m
+		return nil
+	})
+}
+
+// reconfigure applies a change of path settings under the lock and frees
+// the layer's workspaces and their graphs, which were made for the old
+// settings.
+func (l *Layer) reconfigure(set func() error) error {
 	return l.b.locked(func() error {
 		if l.closed {
 			return fmt.Errorf("%w: the layer is closed", backend.ErrClosed)
 		}
-		l.decodeMaxM = m
+		if err := set(); err != nil {
+			return err
+		}
 		var errs []error
 		for k, ws := range l.ws {
 			errs = append(errs, ws.free())
@@ -73,20 +147,6 @@ func (l *Layer) SetDecodeMaxM(m int) error {
 		}
 		return errors.Join(errs...)
 	})
-}
-
-// PathFor names the kernels a forward of m tokens runs: "decode" (weights
-// streamed, tokens on the MMA's narrow side), "wgmma" (the grouped GEMMs
-// on Hopper's warpgroup MMA, BF16 operands) or "grouped"
-// (token tiles of the mma.sync grouped GEMMs).
-func (l *Layer) PathFor(m int) string {
-	switch {
-	case l.useDecode(m):
-		return "decode"
-	case l.useWG(m):
-		return "wgmma"
-	}
-	return "grouped"
 }
 
 // wgMinM is the smallest token count whose grouped forward runs the
@@ -105,18 +165,7 @@ func (l *Layer) useWG(m int) bool { return l.wgW31 != 0 && !l.wgOff && m >= l.wg
 // wgMinM; 1: every grouped forward) and frees the layer's workspaces. It
 // exists to measure the crossover (kimimoe bench --wgmma-min-m).
 func (l *Layer) SetWGMinM(m int) error {
-	return l.b.locked(func() error {
-		if l.closed {
-			return fmt.Errorf("%w: the layer is closed", backend.ErrClosed)
-		}
-		l.wgMinM = m
-		var errs []error
-		for k, ws := range l.ws {
-			errs = append(errs, ws.free())
-			delete(l.ws, k)
-		}
-		return errors.Join(errs...)
-	})
+	return l.reconfigure(func() error { l.wgMinM = m; return nil })
 }
 
 // SetWGMMA turns the wgmma GEMMs of the grouped path on (the default where
@@ -124,21 +173,13 @@ func (l *Layer) SetWGMinM(m int) error {
 // the two), and frees the layer's workspaces and their graphs. Turning it
 // on where it is not available is an error wrapping backend.ErrUnsupported.
 func (l *Layer) SetWGMMA(on bool) error {
-	return l.b.locked(func() error {
-		if l.closed {
-			return fmt.Errorf("%w: the layer is closed", backend.ErrClosed)
-		}
+	return l.reconfigure(func() error {
 		if on && l.wgW31 == 0 {
 			return fmt.Errorf("%w: the wgmma path needs an sm_90 device and K and N multiples of %d (%s)",
 				backend.ErrUnsupported, abiStageK, l.wgWhyNot)
 		}
 		l.wgOff = !on
-		var errs []error
-		for k, ws := range l.ws {
-			errs = append(errs, ws.free())
-			delete(l.ws, k)
-		}
-		return errors.Join(errs...)
+		return nil
 	})
 }
 
@@ -178,6 +219,8 @@ type kernels struct {
 	xBF16        kernel[xBF16Args]
 	wgGemm1      map[int]kernel[wgGemm1Args] // by weight rows per tile
 	wgGemm2      map[int]kernel[wgGemm2Args]
+	f4Gemm1      map[int]kernel[f4Gemm1Args] // by token tile
+	f4Gemm2      map[int]kernel[f4Gemm2Args]
 }
 
 func loadKernels(m cuModule) (*kernels, error) {
@@ -227,6 +270,18 @@ func loadKernels(m cuModule) (*kernels, error) {
 			add(cuFuncSetMaxDynamicSmem(g2.fn, wgSmem(bn)))
 		}
 		k.wgGemm1[bn], k.wgGemm2[bn] = g1, g2
+	}
+	k.f4Gemm1, k.f4Gemm2 = map[int]kernel[f4Gemm1Args]{}, map[int]kernel[f4Gemm2Args]{}
+	for _, nt := range f4Tiles {
+		g1, err1 := bind[f4Gemm1Args](m, kF4Gemm1[nt])
+		g2, err2 := bind[f4Gemm2Args](m, kF4Gemm2[nt])
+		add(err1)
+		add(err2)
+		if err1 == nil && err2 == nil {
+			add(cuFuncSetMaxDynamicSmem(g1.fn, f4Smem(nt)))
+			add(cuFuncSetMaxDynamicSmem(g2.fn, f4Smem(nt)))
+		}
+		k.f4Gemm1[nt], k.f4Gemm2[nt] = g1, g2
 	}
 	return k, errors.Join(errs...)
 }
@@ -464,13 +519,26 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 		return nil, fmt.Errorf("%w: backend \"cuda\" runs at most %d local experts, have %d; use the %q backend",
 			backend.ErrUnsupported, 48<<10/4-1, w.E, backend.GoName)
 	}
-	l := &Layer{b: b, w: w, spec: spec, numGlobal: numGlobal, decodeMaxM: decodeMaxM, wgMinM: wgMinM, ws: map[int]*workspace{}}
-	if v := os.Getenv("KIMIMOE_WGMMA_MIN_M"); v != "" { // to run a whole suite on the wgmma GEMMs
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%w: KIMIMOE_WGMMA_MIN_M=%q is not a token count", backend.ErrUnsupported, v)
+	l := &Layer{b: b, w: w, spec: spec, numGlobal: numGlobal, decodeMaxM: decodeMaxM, wgMinM: wgMinM, f4MaxM: f4MaxMDefault,
+		ws: map[int]*workspace{}}
+	// Path settings from the environment, to run a whole suite or bench on
+	// one path (the Set* methods do the same per layer).
+	for _, e := range []struct {
+		name string
+		min  int
+		dst  *int
+	}{
+		{"KIMIMOE_DECODE_MAX_M", -1, &l.decodeMaxM}, // -1: never
+		{"KIMIMOE_FP4_MAX_M", 0, &l.f4MaxM},         // 0: never
+		{"KIMIMOE_WGMMA_MIN_M", 1, &l.wgMinM},
+	} {
+		if v := os.Getenv(e.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < e.min {
+				return nil, fmt.Errorf("%w: %s=%q is not a token count from %d", backend.ErrUnsupported, e.name, v, e.min)
+			}
+			*e.dst = n
 		}
-		l.wgMinM = n
 	}
 	err = b.locked(func() error {
 		if err := l.uploadWeights(); err != nil {
@@ -510,6 +578,9 @@ func (l *Layer) uploadWeights() error {
 	if err := l.uploadWG(); err != nil {
 		return errors.Join(err, l.free())
 	}
+	if err := l.uploadF4(); err != nil {
+		return errors.Join(err, l.free())
+	}
 	if err := cuStreamSync(b.stream); err != nil {
 		return errors.Join(err, l.free())
 	}
@@ -532,15 +603,46 @@ func (l *Layer) uploadWG() error {
 	if os.Getenv("KIMIMOE_WGMMA_ROWS") == "128" && l.wgRows == 256 { // to measure the tile sizes
 		l.wgRows = 128
 	}
-	var ptrs [2]devptr
-	for i, data := range [][]byte{wgW31(w, l.wgRows), wgW2(w, l.wgRows)} {
-		p, err := cuMemAlloc(len(data))
+	ptrs, err := l.uploadAll(wgW31(w, l.wgRows), wgW2(w, l.wgRows))
+	if err != nil {
+		return err
+	}
+	l.wgW31, l.wgW2 = ptrs[0], ptrs[1]
+	return nil
+}
+
+// uploadF4 arranges and uploads the weights for the wgmma-fp4 path where
+// it is available, else records why not.
+func (l *Layer) uploadF4() error {
+	w := l.w
+	if l.b.arch != ArchSM90a {
+		l.f4WhyNot = "the device is " + l.b.arch
+		return nil
+	}
+	if l.f4WhyNot = f4Available(w); l.f4WhyNot != "" {
+		return nil
+	}
+	p31, s31 := f4W31(w)
+	p2, s2 := f4W2(w)
+	ptrs, err := l.uploadAll(p31, s31, p2, s2)
+	if err != nil {
+		return err
+	}
+	l.f4W31, l.f4W31S, l.f4W2, l.f4W2S = ptrs[0], ptrs[1], ptrs[2], ptrs[3]
+	return nil
+}
+
+// uploadAll copies each of data to a new device buffer, all or none.
+func (l *Layer) uploadAll(data ...[]byte) ([]devptr, error) {
+	ptrs := make([]devptr, len(data))
+	for i, d := range data {
+		p, err := cuMemAlloc(len(d))
 		if err == nil {
 			ptrs[i] = p
-			err = cuMemcpyHtoD(p, data, l.b.stream)
+			err = cuMemcpyHtoD(p, d, l.b.stream)
 		}
 		if err == nil {
-			err = cuStreamSync(l.b.stream) // data must outlive the copy
+			err = cuStreamSync(l.b.stream) // d must outlive the copy
 		}
 		if err != nil {
 			for _, p := range ptrs {
@@ -548,11 +650,10 @@ func (l *Layer) uploadWG() error {
 					cuMemFree(p)
 				}
 			}
-			return err
+			return nil, err
 		}
 	}
-	l.wgW31, l.wgW2 = ptrs[0], ptrs[1]
-	return nil
+	return ptrs, nil
 }
 
 func f32bytes(v []float32) []byte {
@@ -585,10 +686,16 @@ type Layer struct {
 	d2, d2s    devptr
 	wgW31      devptr // FC1 and FC2 as BF16 for the wgmma path (0: not available)
 	wgW2       devptr
-	wgOff      bool               // the wgmma path turned off (SetWGMMA)
-	wgRows     int                // weight rows per wgmma tile
-	wgMinM     int                // smallest M on the wgmma GEMMs
-	wgWhyNot   string             // why it is not available
+	wgOff      bool   // the wgmma path turned off (SetWGMMA)
+	wgRows     int    // weight rows per wgmma tile
+	wgMinM     int    // smallest M on the wgmma GEMMs
+	wgWhyNot   string // why it is not available
+	f4W31      devptr // FC1 and FC2 for the wgmma-fp4 path (0: not available)
+	f4W31S     devptr
+	f4W2       devptr
+	f4W2S      devptr
+	f4MaxM     int                // largest M on the wgmma-fp4 GEMMs
+	f4WhyNot   string             // why it is not available
 	ws         map[int]*workspace // per token count, at most MaxWorkspaces
 	uses       uint64             // forwards so far, for the LRU order
 	closed     bool
@@ -609,21 +716,31 @@ type workspace struct {
 	ids, wts, pos, perm      devptr
 	counts, offset, tileBase devptr
 	aq, aqs, y, out          devptr
-	xqd, xsf, touched, aqsf  devptr // the decode path's padded x, float scales, touched experts, float aq scales
-	xbf, aqbf                devptr // the wgmma path's BF16 x and intermediate (0 without it)
-	decode                   bool   // which path this token count takes
-	form                     int    // of the input uploaded last
-	graph                    [2]cuGraph
-	graphX                   [2]cuGraphX
+	xqd, xsf, touched, aqsf  devptr     // the decode path's padded x, float scales, touched experts, float aq scales
+	xbf, aqbf                devptr     // the wgmma path's BF16 x and intermediate (0 without it)
+	decode                   bool       // which path this token count takes
+	form                     int        // of the input uploaded last
+	wide                     bool       // its MXFP8 values pass BF16's range (xPastBF16)
+	graph                    [4]cuGraph // by graphKey
+	graphX                   [4]cuGraphX
 	bufs                     []devptr
 	lastUse                  uint64
+}
+
+// graphKey picks the graph for the input uploaded last: one per input
+// form, and per whether its x takes the BF16 GEMMs (wide).
+func (ws *workspace) graphKey() int {
+	if ws.wide {
+		return ws.form + 2
+	}
+	return ws.form
 }
 
 // free releases the layer's device memory and zeroes its pointers, so a
 // second call frees nothing twice.
 func (l *Layer) free() error {
 	var errs []error
-	for _, p := range []*devptr{&l.w31, &l.w31s, &l.w2, &l.w2s, &l.params, &l.d31, &l.d31s, &l.d2, &l.d2s, &l.wgW31, &l.wgW2} {
+	for _, p := range []*devptr{&l.w31, &l.w31s, &l.w2, &l.w2s, &l.params, &l.d31, &l.d31s, &l.d2, &l.d2s, &l.wgW31, &l.wgW2, &l.f4W31, &l.f4W31S, &l.f4W2, &l.f4W2S} {
 		if *p != 0 {
 			errs = append(errs, cuMemFree(*p))
 			*p = 0
@@ -679,7 +796,7 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 		}
 	}
 	w := l.w
-	ws := &workspace{m: m, topk: topk, lastUse: l.uses, decode: l.useDecode(m)}
+	ws := &workspace{m: m, topk: topk, lastUse: l.uses, decode: l.PathFor(m) == "decode"}
 	kp, np := padTo(w.K), padTo(w.N)
 	entries := m * topk
 	for _, a := range []struct {
@@ -700,7 +817,7 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 		*a.p = p
 		ws.bufs = append(ws.bufs, p)
 	}
-	if l.wgW31 != 0 {
+	if l.wgW31 != 0 || l.f4W31 != 0 {
 		for _, a := range []struct {
 			p *devptr
 			n int
@@ -751,7 +868,7 @@ func (l *Layer) upload(in *moe.Input) (*workspace, error) {
 		return nil, err
 	}
 	s := l.b.stream
-	ws.form = formQuantized
+	ws.form, ws.wide = formQuantized, xPastBF16(in, l.spec.Recipe)
 	if in.X != nil {
 		ws.form = formFloat
 		err = cuMemcpyHtoD(ws.x, f32bytes(in.X), s)
@@ -861,9 +978,19 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 	m, topk, entries := ws.m, ws.topk, ws.m*ws.topk
 	recipe := recipeCode(l.spec.Recipe)
 	tt := tileTokens(m)
-	wg := l.useWG(m)
-	if wg {
+	path := l.PathFor(m)
+	if ws.wide { // x past BF16's range: the mma.sync GEMMs (xPastBF16)
+		path = "grouped"
+	}
+	wg, f4 := path == "wgmma", path == "wgmma-fp4"
+	switch {
+	case wg:
 		tt = abiWGTokens
+	case f4:
+		tt = f4TileTokens(m)
+		if v, err := strconv.Atoi(os.Getenv("KIMIMOE_FP4_TOKENS")); err == nil && slices.Contains(f4Tiles, v) { // to measure the tiles
+			tt = v
+		}
 	}
 	maxTiles := (entries+tt-1)/tt + w.E
 	gemm1 := func() error {
@@ -886,7 +1013,7 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 			&quantizeXArgs{X: ws.x, Codes: ws.xq, Scales: ws.xs, NBlocks: i32(nblocks), Recipe: recipe})
 	}}
 	bn := l.wgRows
-	if wg {
+	if wg || f4 {
 		form := abiFormQuantized
 		if ws.form == formFloat {
 			form = abiFormFloat
@@ -895,6 +1022,21 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 			return k.xBF16.launch([3]int{(nblocks*32 + abiThreads - 1) / abiThreads, 1, 1}, s,
 				&xBF16Args{X: ws.x, Codes: ws.xq, Scales: ws.xs, Out: ws.xbf, NBlocks: i32(nblocks), Recipe: recipe, Form: form})
 		}}
+	}
+	if f4 {
+		gemm1 = func() error {
+			return k.f4Gemm1[tt].launchWith([3]int{w.N / abiF4RowsGemm1, maxTiles, 1}, abiThreads, f4Smem(tt), s,
+				&f4Gemm1Args{XBF: ws.xbf, W: l.f4W31, WS: l.f4W31S, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
+					Params: l.params, AQBF: ws.aqbf, K: i32(w.K), N: i32(w.N), TopK: i32(topk), ELocal: i32(w.E),
+					Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
+		}
+		gemm2 = func() error {
+			return k.f4Gemm2[tt].launchWith([3]int{w.K / abiF4RowsGemm2, maxTiles, 1}, abiThreads, f4Smem(tt), s,
+				&f4Gemm2Args{AQBF: ws.aqbf, W: l.f4W2, WS: l.f4W2S, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
+					N: i32(w.N), K: i32(w.K), ELocal: i32(w.E)})
+		}
+	}
+	if wg {
 		gemm1 = func() error {
 			return k.wgGemm1[bn].launchWith([3]int{w.N / (bn / 2), maxTiles, 1}, abiThreads, wgSmem(bn), s,
 				&wgGemm1Args{XBF: ws.xbf, W: l.wgW31, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
@@ -1039,7 +1181,7 @@ func (l *Layer) ForwardGraph(dst []float32, in *moe.Input) error {
 // first use.
 func (l *Layer) replay(ws *workspace) error {
 	s := l.b.stream
-	f := ws.form
+	f := ws.graphKey()
 	if ws.graphX[f] == nil {
 		if err := cuStreamSync(s); err != nil { // uploads done before capture
 			return err
@@ -1084,14 +1226,14 @@ func (l *Layer) TimeForward(m int, graph bool) (ms float64, err error) {
 		if ws == nil || l.closed {
 			return fmt.Errorf("cuda: TimeForward(%d): no uploaded input of %d tokens", m, m)
 		}
-		if graph && ws.graphX[ws.form] == nil { // capture outside the timed region
+		if graph && ws.graphX[ws.graphKey()] == nil { // capture outside the timed region
 			if err := l.replay(ws); err != nil {
 				return err
 			}
 		}
 		run := func() error { return l.enqueue(ws) }
 		if graph {
-			run = func() error { return cuGraphLaunch(ws.graphX[ws.form], l.b.stream) }
+			run = func() error { return cuGraphLaunch(ws.graphX[ws.graphKey()], l.b.stream) }
 		}
 		ms, err = timeOn(l.b.stream, run)
 		return err

@@ -34,8 +34,13 @@ func TestLayerLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := layer.(*Layer)
-	// Which path runs: decode up to decodeMaxM tokens, grouped above.
-	if grouped := l.PathFor(decodeMaxM + 1); l.PathFor(1) != "decode" || l.PathFor(decodeMaxM) != "decode" || (grouped != "grouped" && grouped != "wgmma") {
+	// Which path runs: wgmma-fp4 up to f4MaxMDefault tokens where it is
+	// available, else decode up to decodeMaxM tokens and grouped above.
+	small := "decode"
+	if l.f4W31 != 0 {
+		small = "wgmma-fp4"
+	}
+	if grouped := l.PathFor(decodeMaxM + 1); l.PathFor(1) != small || l.PathFor(decodeMaxM) != small || (grouped != "grouped" && grouped != "wgmma" && grouped != "wgmma-fp4") {
 		t.Errorf("paths: M=1 %s, M=%d %s, M=%d %s", l.PathFor(1), decodeMaxM, l.PathFor(decodeMaxM), decodeMaxM+1, l.PathFor(decodeMaxM+1))
 	}
 	for m := 1; m <= MaxWorkspaces+4; m++ {
@@ -162,6 +167,9 @@ func TestWGMMAPath(t *testing.T) {
 	defer layer.Close()
 	l := layer.(*Layer)
 	if err := l.SetWGMinM(1); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetFP4MaxM(0); err != nil { // the wgmma-fp4 path would take these M first
 		t.Fatal(err)
 	}
 	o, err := moe.NewOracle(w, s.LayerSpec())

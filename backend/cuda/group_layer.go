@@ -40,6 +40,7 @@ type dispatchState struct {
 	recvOff []int // rows received from device d: [recvOff[d], recvOff[d+1]) of the layer's workspace
 	hPad    int   // home rows per device, padded: ceil(M / D)
 	form    int
+	wide    bool      // x has MXFP8 values past BF16's range (xPastBF16)
 	sent    [][]int32 // sent[a][b]: tokens device a sends to device b (every device's counts)
 
 	homeX, homeXQ, homeXS, homeIDs, homeWts devptr
@@ -287,7 +288,7 @@ func (p *memberLayer) enqueue(gl *GroupLayer, m int, which steps) error {
 		if lws, err = l.workspace(mRecv, topk); err != nil {
 			return err
 		}
-		lws.form = formQuantized
+		lws.form, lws.wide = formQuantized, ds.wide
 	}
 	compute := which != stepsComm
 	if compute && ds.form == formFloat && home > 0 {
@@ -412,6 +413,7 @@ func (p *memberLayer) uploadDispatch(gl *GroupLayer, in *moe.Input) error {
 	if in.X != nil {
 		ds.form = formFloat
 	}
+	ds.wide = xPastBF16(in, p.l.spec.Recipe)
 	alloc := func(n int) (devptr, error) {
 		ptr, err := cuMemAlloc(max(n, 16)) // the driver refuses 0 bytes
 		if err == nil {

@@ -2,12 +2,18 @@
 
 package cuda
 
-import "fmt"
+import (
+	"fmt"
+	"os"
+)
 
 func compileOptions(arch string, nativeMX bool) []string {
 	opts := []string{"--gpu-architecture=" + arch, "-std=c++17", "--fmad=false", "-default-device"}
 	if nativeMX {
 		opts = append(opts, "-DKMOE_NATIVE_MX")
+	}
+	if os.Getenv("KIMIMOE_NVRTC_VERBOSE") == "1" { // ptxas's resource and performance notes, printed at compile time
+		opts = append(opts, "--ptxas-options=-v")
 	}
 	return opts
 }

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"math"
 	"runtime"
 	"sync"
 
@@ -115,4 +116,33 @@ func wgTileRows(w *moe.Weights) int {
 		return 256
 	}
 	return 128
+}
+
+// xPastBF16 reports whether in's x has MXFP8 values past BF16's (and
+// float32's) range, 2^128 and up, which the BF16 GEMMs (the wgmma and
+// wgmma-fp4 paths) would turn into infinities, making a product with a
+// zero weight NaN where the exact product is 0; such a forward runs the
+// mma.sync GEMMs, which keep each code and its scale apart. An E4M3 value
+// (at most 448 < 2^9) times 2^(s-127) can reach 2^128 only for block
+// scales s of 247 and up (255 is NaN, which no GEMM changes); from float32
+// x, only an infinity does that (rceil saturates it to 448 x 2^127; floor
+// makes its block NaN).
+func xPastBF16(in *moe.Input, r mxfp.Recipe) bool {
+	if in.X != nil {
+		if r != mxfp.RecipeRCeil {
+			return false
+		}
+		for _, v := range in.X {
+			if math.IsInf(float64(v), 0) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, s := range in.XQ.Scales {
+		if s >= 247 && s != 0xFF {
+			return true
+		}
+	}
+	return false
 }

@@ -80,6 +80,7 @@ func runBench(args []string) error {
 	decodeMaxM := fs.Int("decode-max-m", 0, "cuda: largest M on the decode path (0: the backend's choice; -1: never)")
 	wgmma := fs.Bool("wgmma", true, "cuda on sm_90: the grouped path's GEMMs on wgmma where they are faster (false: the mma.sync GEMMs, to compare)")
 	wgMinM := fs.Int("wgmma-min-m", 0, "cuda on sm_90: smallest M on the wgmma GEMMs (0: the backend's choice; 1: every grouped M)")
+	fp4MaxM := fs.Int("fp4-max-m", -1, "cuda on sm_90: largest M on the wgmma-fp4 GEMMs (MXFP4 weights widened in registers; -1: the backend's choice; 0: never)")
 	gf := addGroupFlags(fs, "replicated, dispatch, both", "both")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -155,6 +156,9 @@ func runBench(args []string) error {
 		}},
 		{!*wgmma, func() error {
 			return layerKnob(layer, "--wgmma", *name, "wgmma path", func(l interface{ SetWGMMA(bool) error }) error { return l.SetWGMMA(false) })
+		}},
+		{*fp4MaxM >= 0, func() error {
+			return layerKnob(layer, "--fp4-max-m", *name, "wgmma-fp4 path", func(l interface{ SetFP4MaxM(int) error }) error { return l.SetFP4MaxM(*fp4MaxM) })
 		}},
 		{*wgMinM != 0, func() error {
 			return layerKnob(layer, "--wgmma-min-m", *name, "wgmma path", func(l interface{ SetWGMinM(int) error }) error { return l.SetWGMinM(*wgMinM) })

@@ -504,6 +504,20 @@ __device__ __forceinline__ void gemm_k_loop(float (&acc)[TT / 8][4], GemmSmem<TT
     cp_async_wait0();
 }
 
+// E4M3 code -> float (exact; 0x7F and 0xFF are NaN).
+__device__ __forceinline__ float e4m3_to_float(u32 c) {
+    u32 e = (c >> 3) & 15u, m = c & 7u;
+    float v = e == 0 ? (float)m * 0.001953125f : __uint_as_float(((e + 120u) << 23) | (m << 20));
+    if ((c & 0x7Fu) == 0x7Fu) v = __uint_as_float(0x7FC00000u);
+    return (c & 0x80u) ? -v : v;
+}
+
+// float -> BF16 bits for values that are BF16 values (the dequantized
+// MXFP8 ones); NaN stays NaN.
+__device__ __forceinline__ u32 bf16_bits(float v) {
+    return v != v ? 0x7FC0u : (__float_as_uint(v) >> 16);
+}
+
 // The GEMM1 epilogue of both paths: the activation in registers, then
 // MXFP8 requantization of each 32-feature block, which four warps (warps
 // bw0 .. bw0+3 of the CTA, 8 features each) share through s_amax. acc[s]
@@ -511,13 +525,14 @@ __device__ __forceinline__ void gemm_k_loop(float (&acc)[TT / 8][4], GemmSmem<TT
 // and the gate of the same in [2], [3]. Token tok's codes go to row
 // row0 + tok of aq (ldn features a row, in the decode path's permuted
 // order if permuted; scales ldn/32 a row, and as floats in aqsf unless it
-// is null). Called by
-// every thread of the CTA (it synchronizes).
+// is null), or, if aqbf is not null, their MXFP8 values as BF16 to aqbf
+// (ldn features a row; aq and aqs unused). Called by every thread of the
+// CTA (it synchronizes).
 template <int NS>
 __device__ __forceinline__ void act_requant_store(const float (&acc)[NS][4], int nsub, int count, u32 (*s_amax)[NS * 8],
                                                   int warp, int bw0, const float* p, int kind, int chain, int recipe,
                                                   int g, int t, u8* aq, u8* aqs, float* aqsf, int row0, int ldn,
-                                                  int fw, bool permuted) {
+                                                  int fw, bool permuted, u8* aqbf) {
     bool chain_fi = chain == KMOE_CHAIN_FLASHINFER;
     int rcp = chain_fi ? KMOE_RECIPE_RCEIL : recipe;
     float v[NS][2];
@@ -563,6 +578,10 @@ __device__ __forceinline__ void act_requant_store(const float (&acc)[NS][4], int
                 code = sa > 0x7F800000u ? 0x7Eu : (e4m3_abs(sa) | ((su >> 24) & 0x80u));
             }
             u64 row = (u64)(row0 + tok);
+            if (aqbf) {
+                *(u16*)&aqbf[(row * ldn + fw + g) * 2] = (u16)bf16_bits(__fmul_rn(e4m3_to_float(code), e8m0_to_float(sc)));
+                continue;
+            }
             aq[row * ldn + (permuted ? dec_bpos(fw + g) : fw + g)] = (u8)code;
             if (warp == bw0 && g == 0) {
                 aqs[row * (ldn / 32) + (fw >> 5)] = (u8)sc;
@@ -601,7 +620,7 @@ __device__ __forceinline__ void gemm1_act(const Gemm1Args a) {
 
     const float* p = a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE;
     act_requant_store<TT / 8>(acc, nsub, tl.count, s_amax, warp, (warp >> 2) * 4, p, a.kind, a.chain, a.recipe, g, t,
-                              a.aq, a.aqs, nullptr, tl.row0, N, fw, false);
+                              a.aq, a.aqs, nullptr, tl.row0, N, fw, false, nullptr);
 }
 
 // GEMM2: y[row, f] = sum_n W2[e][f][n] * aq[row][n] in float32. Warp w owns
@@ -690,20 +709,6 @@ struct WgSmem {
 };
 static_assert(sizeof(WgSmem<128>) == KMOE_WG_SMEM_128 && sizeof(WgSmem<256>) == KMOE_WG_SMEM_256,
               "the host's dynamic shared memory sizes");
-
-// E4M3 code -> float (exact; 0x7F and 0xFF are NaN).
-__device__ __forceinline__ float e4m3_to_float(u32 c) {
-    u32 e = (c >> 3) & 15u, m = c & 7u;
-    float v = e == 0 ? (float)m * 0.001953125f : __uint_as_float(((e + 120u) << 23) | (m << 20));
-    if ((c & 0x7Fu) == 0x7Fu) v = __uint_as_float(0x7FC00000u);
-    return (c & 0x80u) ? -v : v;
-}
-
-// float -> BF16 bits for values that are BF16 values (the dequantized
-// MXFP8 ones); NaN stays NaN.
-__device__ __forceinline__ u32 bf16_bits(float v) {
-    return v != v ? 0x7FC0u : (__float_as_uint(v) >> 16);
-}
 
 // gated_act, called rather than inlined: the wgmma GEMM1 evaluates it at
 // 64 unrolled sites, and inlined copies of every activation there made the
@@ -945,6 +950,338 @@ __device__ __forceinline__ void wg_gemm2(const WgGemm2Args& a) {
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_wg_gemm2_n128(const WgGemm2Args a) { wg_gemm2<128>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_wg_gemm2_n256(const WgGemm2Args a) { wg_gemm2<256>(a); }
 
+// --------------------------------------------------- the wgmma-fp4 path --
+//
+// The grouped GEMMs on wgmma with the weights kept as MXFP4 in memory
+// (sm_90a only, like the wgmma path): each thread loads its part of the
+// A operand (64 weight rows x 16 k a step) straight from global memory,
+// 16 bytes per 64-k chunk in the layout of f4_layout.go, widens it to
+// BF16 in registers exactly (f4_widen) and issues wgmma with A from
+// registers and the tokens as B from shared memory, NT of them (the MMA's
+// N: 8 .. 128), so few tokens per expert waste little of the MMA and the
+// weights cost their 4.25 bits a weight of memory traffic. BF16 products
+// are exact in float32, so, as on the wgmma path, the tensor cores sum a
+// whole row in float32 with no per-block promotion.
+//
+// One CTA: two warpgroups, 64 weight rows each (GEMM1: 32 features' up
+// and gate rows, so each thread holds an up and its gate, as in the
+// grouped GEMM1; GEMM2: 64 output rows), and NT tokens of one expert,
+// staged as BF16 rows in f4_stages<NT>() cp.async stages of 128 k (a
+// step: two layout chunks) shared by both warpgroups. The weights of step
+// c + F4_AHEAD are loaded while step c is widened and multiplied; a
+// warpgroup's wgmmas on a chunk are waited for before it widens the next
+// (the other warpgroups of the SM overlap them). One barrier a step (128 k
+// of 64 rows: 64 weights a thread, measured to be worth it against one a
+// 64-k chunk): past it, every warpgroup's wgmmas on step c - 1 are done,
+// so step c - 2's stage is refilled there.
+
+#define F4_AHEAD 2 // 128-k steps of weights in flight in registers
+#define F4_CHUNK_BYTES KMOE_F4_CHUNK_BYTES
+#define F4_CHUNK_SCALES KMOE_F4_CHUNK_SCALES
+static_assert(F4_CHUNK_BYTES == 128 * 16 && F4_CHUNK_SCALES == 128 * 4, "16 payload and 4 scale bytes a thread a chunk");
+
+// a * b in BF16, both halves (round to nearest; exact here: b is a power
+// of two and the product a BF16 value). fma with -0 leaves a product's
+// sign of zero as it is.
+__device__ __forceinline__ u32 bf16x2_mul(u32 a, u32 b) {
+    u32 d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+    return d;
+}
+
+// The BF16 pair 2^(s-1), 2^(s-1) from the stored scale byte s + 126.
+__device__ __forceinline__ u32 f4_mult(u32 byte) { return (byte << 7) | (byte << 23); }
+
+// One word of the layout (f4_layout.go) -> the four A registers of a k16
+// step: each half's sign to bit 15 and magnitude bits to 8..6 (the value
+// E2M1 x 2^-126, code 1 a BF16 subnormal), then times 2^(s-1): m0 is row
+// r0's multiplier (registers 0 and 2), m1 row r1's (1 and 3).
+__device__ __forceinline__ void f4_widen(u32 (&a)[4], u32 q, u32 m0, u32 m1) {
+    u32 o0 = q & 0x81C081C0u;
+    u32 o1 = (q << 3) & 0x81C081C0u;
+    u32 o2 = (q << 6) & 0x81C081C0u;
+    u32 o3 = ((q >> 6) & 0x01800180u) | ((q >> 4) & 0x00400040u) | ((q << 4) & 0x80008000u);
+    a[0] = bf16x2_mul(o0, m0);
+    a[1] = bf16x2_mul(o1, m1);
+    a[2] = bf16x2_mul(o2, m0);
+    a[3] = bf16x2_mul(o3, m1);
+}
+
+// The exhaustive test of f4_widen: out[4i + j] is register j of word
+// in[i] with both multipliers from scale byte sc[i].
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_test_f4_widen(const TestF4WidenArgs a) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= a.n) return;
+    u32 r[4], m = f4_mult(a.sc[i]);
+    f4_widen(r, a.in[i], m, m);
+    for (int j = 0; j < 4; j++) a.out[4 * i + j] = r[j];
+}
+
+#if defined(WG_ENABLED)
+template <int NT>
+__device__ constexpr int f4_stages() {
+    return NT == 8 ? KMOE_F4_STAGES_T8 : NT == 16 ? KMOE_F4_STAGES_T16 : NT == 32 ? KMOE_F4_STAGES_T32
+                                                                      : NT == 64 ? KMOE_F4_STAGES_T64 : KMOE_F4_STAGES_T128;
+}
+
+// A stage holds one step: two 64-k chunks of the tile's tokens, each in
+// the wgmma path's no-swizzle K-major core-matrix form.
+template <int NT>
+struct F4Smem {
+    u8 b[f4_stages<NT>()][2][NT * WG_CHUNK_BYTES];
+    int src[NT];
+};
+static_assert(sizeof(F4Smem<8>) == KMOE_F4_SMEM_T8 && sizeof(F4Smem<128>) == KMOE_F4_SMEM_T128, "the host's dynamic shared memory sizes");
+
+// d += A (64 x 16 BF16 in registers, the layout's fragment) x B (16 x N,
+// descriptor db), float32 accumulators.
+__device__ __forceinline__ void wgmma_rs_n8(float (&d)[4], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+__device__ __forceinline__ void wgmma_rs_n16(float (&d)[8], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+__device__ __forceinline__ void wgmma_rs_n32(float (&d)[16], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+__device__ __forceinline__ void wgmma_rs_n64(float (&d)[32], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+__device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+template <int NT>
+__device__ __forceinline__ void wgmma_rs(float (&d)[NT / 2], const u32 (&a)[4], u64 db) {
+    if constexpr (NT == 8) wgmma_rs_n8(d, a, db);
+    else if constexpr (NT == 16) wgmma_rs_n16(d, a, db);
+    else if constexpr (NT == 32) wgmma_rs_n32(d, a, db);
+    else if constexpr (NT == 64) wgmma_rs_n64(d, a, db);
+    else wgmma_rs_n128(d, a, db);
+}
+
+// The token pieces (16 bytes of a row's 128-k step) this thread stages,
+// found once: piece p = threadIdx.x + 256 i of the NT x 16 of a step.
+template <int NT>
+struct F4Pieces {
+    static constexpr int P = (NT * 16 + KMOE_THREADS - 1) / KMOE_THREADS;
+    const u8* src[P]; // the piece in step 0 (a zero row's: the first row, not read)
+    u32 dst[P];       // its shared-memory address in stage 0
+    bool valid[P];    // a real token (else zeros are written)
+};
+
+template <int NT>
+__device__ __forceinline__ void f4_pieces(F4Pieces<NT>& pc, F4Smem<NT>& s, const u8* rows, int ld) {
+#pragma unroll
+    for (int i = 0; i < F4Pieces<NT>::P; i++) {
+        int p = threadIdx.x + KMOE_THREADS * i;
+        int r = (p >> 4) % NT, half = (p >> 3) & 1, piece = p & 7, row = s.src[r];
+        pc.src[i] = rows + (u64)(row < 0 ? 0 : row) * ld + half * WG_CHUNK_BYTES + piece * 16;
+        pc.dst[i] = smem_addr(&s.b[0][half][wg_off(r, piece * 16)]);
+        pc.valid[i] = row >= 0 && p < NT * 16;
+    }
+}
+
+// Stage step c (k [128c, 128c + 128)) into stage st.
+template <int NT>
+__device__ __forceinline__ void f4_stage(const F4Pieces<NT>& pc, int st, int c) {
+    constexpr u32 stage = 2 * NT * WG_CHUNK_BYTES;
+#pragma unroll
+    for (int i = 0; i < F4Pieces<NT>::P; i++) {
+        if (threadIdx.x + KMOE_THREADS * i < NT * 16)
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(pc.dst[i] + st * stage),
+                         "l"(pc.src[i] + c * 2 * WG_CHUNK_BYTES), "r"(pc.valid[i] ? 16 : 0));
+    }
+}
+
+// Widen one 64-k chunk of this thread's weights (4 words, the scale word)
+// into a and multiply it by this warpgroup's tokens in the stage chunk
+// whose descriptor is db (k16 step q at + 16 q: 256 bytes further).
+template <int NT>
+__device__ __forceinline__ void f4_chunk(float (&acc)[NT / 2], u32 (&a)[4][4], uint4 w, u32 sc, u64 db) {
+    u32 m00 = f4_mult(sc & 0xFFu), m01 = f4_mult((sc >> 8) & 0xFFu);
+    u32 m10 = f4_mult((sc >> 16) & 0xFFu), m11 = f4_mult(sc >> 24);
+    f4_widen(a[0], w.x, m00, m10);
+    f4_widen(a[1], w.y, m00, m10);
+    f4_widen(a[2], w.z, m01, m11);
+    f4_widen(a[3], w.w, m01, m11);
+    wg_fence();
+#pragma unroll
+    for (int q = 0; q < 4; q++) wgmma_rs<NT>(acc, a[q], db + (u64)(wg_off(0, q * 32) >> 4));
+    wg_commit();
+    // Done before a is written again: with wgmmas in flight while the next
+    // chunk was widened into a second buffer, ptxas serialized every wgmma
+    // instead (SASS: a wait after each HGMMA; docs/PERF.md).
+    wg_wait<0>();
+}
+
+// The k loop: acc (this thread's NT/2 accumulators of its warpgroup's 64
+// rows x NT tokens) += weights x tokens over kdim k (a multiple of 128),
+// in steps of 128 k (two layout chunks). wq and wsc are this thread's
+// payload and scales of chunk 0 (chunk c at + 128 c).
+template <int NT>
+__device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, const u8* rows, int kdim,
+                                          const uint4* __restrict__ wq, const u32* __restrict__ wsc) {
+    int nstep = kdim / (2 * KMOE_WG_CHUNK_K);
+    F4Pieces<NT> pc;
+    f4_pieces<NT>(pc, s, rows, 2 * kdim);
+    uint4 raw[F4_AHEAD][2];
+    u32 rsc[F4_AHEAD][2];
+#pragma unroll
+    for (int i = 0; i < F4_AHEAD; i++) {
+        if (i < nstep) {
+            for (int h = 0; h < 2; h++) {
+                raw[i][h] = __ldg(wq + (2 * i + h) * 128);
+                rsc[i][h] = __ldg(wsc + (2 * i + h) * 128);
+            }
+        }
+    }
+    constexpr int S = f4_stages<NT>();
+    static_assert(S >= 3, "a stage refilled two steps behind");
+#pragma unroll
+    for (int st = 0; st < S - 2; st++) {
+        if (st < nstep) f4_stage<NT>(pc, st, st);
+        cp_async_commit();
+    }
+    u32 a[4][4];
+    const u64 d0 = wg_desc(s.b[0][0]);
+    for (int c0 = 0; c0 < nstep; c0 += F4_AHEAD) {
+#pragma unroll
+        for (int u = 0; u < F4_AHEAD; u++) {
+            int c = c0 + u;
+            if (c >= nstep) break;
+            uint4 w0 = raw[u][0], w1 = raw[u][1];
+            u32 s0 = rsc[u][0], s1 = rsc[u][1];
+            if (c + F4_AHEAD < nstep) {
+                for (int h = 0; h < 2; h++) {
+                    raw[u][h] = __ldg(wq + (2 * (c + F4_AHEAD) + h) * 128);
+                    rsc[u][h] = __ldg(wsc + (2 * (c + F4_AHEAD) + h) * 128);
+                }
+            }
+            cp_async_wait<S - 3>(); // step c's tokens have landed (this thread's copies)
+            fence_proxy_async();    // ... and are visible to the tensor cores
+            __syncthreads();        // every thread's; and every warpgroup's wgmmas on step c - 1 are done
+            int nx = c + S - 2;     // into step c - 2's stage
+            if (nx < nstep) f4_stage<NT>(pc, nx % S, nx);
+            cp_async_commit();
+            // The descriptors, from stage 0's (the start address field
+            // counts 16-byte units; no carry out of it within shared memory).
+            u64 db = d0 + (u64)((c % S) * (int)sizeof(s.b[0]) >> 4);
+            f4_chunk<NT>(acc, a, w0, s0, db);
+            f4_chunk<NT>(acc, a, w1, s1, db + (sizeof(s.b[0][0]) >> 4));
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < NT / 2; i++) asm volatile("" : "+f"(acc[i])::"memory");
+    cp_async_wait<0>();
+}
+#endif
+
+// GEMM1 with the activation and MXFP8 requantization: CTA x takes
+// intermediate features [64x, 64x + 64), warpgroup h the 32 of
+// [64x + 32h, +32) (their up and gate rows: f4Row31), so warp w's
+// accumulator d[4s + i] is, for tokens 8s + 2t + (i & 1), the up (i < 2)
+// and gate (i >= 2) of feature 64x + 8w + l/4: the grouped GEMM1's
+// register layout, whose epilogue (act_requant_store) it shares, writing
+// the intermediate as BF16 for GEMM2. grid.x = N / 64.
+template <int NT>
+__device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
+#if defined(WG_ENABLED)
+    extern __shared__ __align__(128) u8 f4_smem_raw[];
+    F4Smem<NT>& s = *(F4Smem<NT>*)f4_smem_raw;
+    __shared__ u32 s_amax[8][NT];
+    Tile tl;
+    if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, &tl)) return;
+    if (threadIdx.x < NT) s.src[threadIdx.x] = threadIdx.x < tl.count ? a.perm[tl.row0 + threadIdx.x] / a.top_k : -1;
+    __syncthreads();
+    int tid = threadIdx.x & 127, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int nchunk = a.k / KMOE_WG_CHUNK_K;
+    u64 group = (u64)tl.expert * (a.n / 32) + blockIdx.x * 2 + (threadIdx.x >> 7);
+    const uint4* wq = (const uint4*)(a.w + group * nchunk * F4_CHUNK_BYTES) + tid;
+    const u32* wsc = (const u32*)(a.ws + group * nchunk * F4_CHUNK_SCALES) + tid;
+    float acc[NT / 2];
+#pragma unroll
+    for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
+    f4_k_loop<NT>(acc, s, a.xbf, a.k, wq, wsc);
+    const float* p = a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE;
+    act_requant_store<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), (tl.count + 7) / 8, tl.count, s_amax, warp,
+                              (warp >> 2) * 4, p, a.kind, a.chain, a.recipe, lane >> 2, lane & 3, nullptr, nullptr,
+                              nullptr, tl.row0, a.n, blockIdx.x * 64 + warp * 8, false, a.aqbf);
+#endif
+}
+
+// GEMM2: y[row, f] for the tile's tokens and output features [128x,
+// 128x + 128), warpgroup h the 64 of [128x + 64h, +64). grid.x = K / 128.
+template <int NT>
+__device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
+#if defined(WG_ENABLED)
+    extern __shared__ __align__(128) u8 f4_smem_raw[];
+    F4Smem<NT>& s = *(F4Smem<NT>*)f4_smem_raw;
+    Tile tl;
+    if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, &tl)) return;
+    if (threadIdx.x < NT) s.src[threadIdx.x] = threadIdx.x < tl.count ? tl.row0 + threadIdx.x : -1;
+    __syncthreads();
+    int tid = threadIdx.x & 127, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int nchunk = a.n / KMOE_WG_CHUNK_K;
+    u64 group = (u64)tl.expert * (a.k / 64) + blockIdx.x * 2 + (threadIdx.x >> 7);
+    const uint4* wq = (const uint4*)(a.w + group * nchunk * F4_CHUNK_BYTES) + tid;
+    const u32* wsc = (const u32*)(a.ws + group * nchunk * F4_CHUNK_SCALES) + tid;
+    float acc[NT / 2];
+#pragma unroll
+    for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
+    f4_k_loop<NT>(acc, s, a.aqbf, a.n, wq, wsc);
+    int f = blockIdx.x * 128 + warp * 16 + (lane >> 2);
+#pragma unroll
+    for (int i = 0; i < NT / 2; i++) {
+        int tok = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+        if (tok < tl.count) a.y[(u64)(tl.row0 + tok) * a.k + f + 8 * ((i >> 1) & 1)] = acc[i];
+    }
+#endif
+}
+
+// Registers: NT/2 accumulators, two A buffers (32), F4_AHEAD x 5 loaded
+// words; two CTAs an SM up to NT = 64.
+static_assert(KMOE_F4_TILE_MAX == 128, "the instances below");
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm1_act_t8(const F4Gemm1Args a) { f4_gemm1_act<8>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm1_act_t16(const F4Gemm1Args a) { f4_gemm1_act<16>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm1_act_t32(const F4Gemm1Args a) { f4_gemm1_act<32>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm1_act_t64(const F4Gemm1Args a) { f4_gemm1_act<64>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm1_act_t128(const F4Gemm1Args a) { f4_gemm1_act<128>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm2_t8(const F4Gemm2Args a) { f4_gemm2<8>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm2_t16(const F4Gemm2Args a) { f4_gemm2<16>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm2_t32(const F4Gemm2Args a) { f4_gemm2<32>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm2_t64(const F4Gemm2Args a) { f4_gemm2<64>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm2_t128(const F4Gemm2Args a) { f4_gemm2<128>(a); }
+
 // ------------------------------------------------------ the decode path --
 //
 // For few tokens the layer streams weights: every touched expert's rows are
@@ -1166,7 +1503,7 @@ __device__ __forceinline__ void decode_gemm1(const DecodeGemm1Args a) {
         for (int s = 0; s < NS; s++) for (int i = 0; i < 4; i++) acc[s][i] = 0.0f;
         dec_stream<NS>(acc, w, ws, nchunk, bcode, bsc0, bsc1, nsub, lane, t);
         act_requant_store<NS>(acc, nsub, cnt, s_amax, warp, 0, p, a.kind, a.chain, a.recipe, g, t, a.aq, a.aqs, a.aqsf,
-                             row0 + base, a.n_pad, fw, true);
+                             row0 + base, a.n_pad, fw, true, nullptr);
     }
 }
 

@@ -1,0 +1,186 @@
+//go:build cgo
+
+package cuda
+
+import (
+	"errors"
+	"math"
+	"testing"
+
+	"kimimoe/activation"
+	"kimimoe/backend"
+	"kimimoe/moe"
+	"kimimoe/mxfp"
+	"kimimoe/validation"
+)
+
+// The kernels' MXFP4 -> BF16 widening (f4_widen), for every scale it
+// takes (0 .. f4MaxScale) and every code in every register and half of a
+// word, against wgBF16Table (E2M1 x 2^(s-127) as BF16, checked
+// exhaustively against float64 by TestWGBF16TableExhaustive): bitwise,
+// so signed zeros and the subnormals at scales 0 and 1 count.
+func TestF4WidenExhaustive(t *testing.T) {
+	bk := openOrSkip(t)
+	b := bk.(*Backend)
+	defer b.Close()
+	// Word i of scale s: register j, half h holds code (i + 3j + 7h) % 16,
+	// so over i = 0..15 every code meets every field.
+	var in, sc []uint32
+	for s := range f4MaxScale + 1 {
+		for i := range 16 {
+			var word uint32
+			for j := range 4 {
+				for h := range 2 {
+					word |= f4Bits(uint8((i+3*j+7*h)%16), j, h)
+				}
+			}
+			in, sc = append(in, word), append(sc, uint32(s+126))
+		}
+	}
+	out := make([]uint32, 4*len(in))
+	err := b.locked(func() error {
+		k, err := bind[testF4WidenArgs](b.module, kTestF4Widen)
+		if err != nil {
+			return err
+		}
+		ptrs := make([]devptr, 3)
+		for i, n := range []int{4 * len(in), 4 * len(sc), 4 * len(out)} {
+			if ptrs[i], err = cuMemAlloc(n); err != nil {
+				return err
+			}
+			defer cuMemFree(ptrs[i])
+		}
+		if err := cuMemcpyHtoD(ptrs[0], u32bytes(in), b.stream); err != nil {
+			return err
+		}
+		if err := cuMemcpyHtoD(ptrs[1], u32bytes(sc), b.stream); err != nil {
+			return err
+		}
+		args := &testF4WidenArgs{In: ptrs[0], Sc: ptrs[1], Out: ptrs[2], N: i32(len(in))}
+		if err := k.launch([3]int{(len(in) + abiThreads - 1) / abiThreads, 1, 1}, b.stream, args); err != nil {
+			return err
+		}
+		if err := cuMemcpyDtoH(u32bytes(out), ptrs[2], b.stream); err != nil {
+			return err
+		}
+		return cuStreamSync(b.stream)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for n := range in {
+		s, i := n/16, n%16
+		for j := range 4 {
+			for h := range 2 {
+				c := (i + 3*j + 7*h) % 16
+				got := uint16(out[4*n+j] >> (16 * h))
+				if want := wgBF16Table[s][c]; got != want {
+					t.Fatalf("scale %d code %#x register %d half %d: BF16 %#04x (%g), want %#04x (%g)",
+						s, c, j, h, got, bf16Float(got), want, bf16Float(want))
+				}
+			}
+		}
+	}
+}
+
+// The wgmma-fp4 path (sm_90a) against the mma.sync path on the same layer
+// and inputs at the Kimi shape, from M = 1 (the decode path turned off)
+// to 512, both against the oracle on sampled rows; then the switches: off,
+// the grouped forwards take the other paths, and a layer whose weight
+// scales leave the exact widening's window has no wgmma-fp4 path.
+func TestF4Path(t *testing.T) {
+	bk := openOrSkip(t)
+	b := bk.(*Backend)
+	defer b.Close()
+	if b.arch != ArchSM90a {
+		t.Skipf("the wgmma-fp4 path needs sm_90a; this device is %s", b.arch)
+	}
+	s := validation.KimiEP32Rank7(activation.Situ, moe.ChainMXFP8, mxfp.RecipeRCeil)
+	w, err := validation.GenerateWeights(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer, err := b.Prepare(w, s.LayerSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layer.Close()
+	l := layer.(*Layer)
+	if l.f4W31 == 0 {
+		t.Fatalf("no wgmma-fp4 path at the Kimi shape: %s", l.f4WhyNot)
+	}
+	if err := l.SetDecodeMaxM(-1); err != nil {
+		t.Fatal(err)
+	}
+	o, err := moe.NewOracle(w, s.LayerSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []int{1, 8, 32, 128, 512} {
+		s.M, s.Seed = m, uint64(9000+m)
+		c, err := validation.GenerateCase(&s, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs := map[bool][]float32{}
+		for _, on := range []bool{true, false} {
+			maxM := 0
+			if on {
+				maxM = f4MaxMDefault
+			}
+			if err := l.SetFP4MaxM(maxM); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.SetWGMMA(false); err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]string{true: "wgmma-fp4", false: "grouped"}[on]; l.PathFor(m) != want {
+				t.Fatalf("M=%d takes the %s path, want %s", m, l.PathFor(m), want)
+			}
+			outs[on] = nanFilledOut(m * w.K)
+			if err := l.Forward(outs[on], &c.Input, nil); err != nil {
+				t.Fatal(err)
+			}
+			prof, err := l.Profile(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ran := prof["x_bf16"]; ran != on {
+				t.Errorf("M=%d fp4=%v: the steps run were %v", m, on, prof)
+			}
+		}
+		same := 0
+		for i := range outs[true] {
+			if math.Float32bits(outs[true][i]) == math.Float32bits(outs[false][i]) {
+				same++
+			}
+		}
+		rows := validation.SampleRows(m, 16, uint64(m))
+		ref := make([]float64, len(rows)*w.K)
+		if err := o.Forward(ref, &c.Input, rows); err != nil {
+			t.Fatal(err)
+		}
+		for _, on := range []bool{true, false} {
+			got := make([]float64, 0, len(ref))
+			for _, r := range rows {
+				got = append(got, validation.Widen(outs[on][r*w.K:(r+1)*w.K])...)
+			}
+			if met := validation.Compare(got, ref); met.Cosine < backend.MinCosine || !(met.NRMSE <= backend.MaxNRMSE) {
+				t.Errorf("M=%d fp4=%v against the oracle: %+v", m, on, met)
+			}
+		}
+		vs := validation.Compare(validation.Widen(outs[true]), validation.Widen(outs[false]))
+		t.Logf("M=%d: wgmma-fp4 and mma.sync bitwise equal in %d of %d values; NRMSE between them %.3g", m, same, len(outs[true]), vs.NRMSE)
+	}
+
+	w.W31Scale[0] = f4MaxScale + 1
+	layer2, err := b.Prepare(w, s.LayerSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layer2.Close()
+	l2 := layer2.(*Layer)
+	if err := l2.SetFP4MaxM(1); !errors.Is(err, backend.ErrUnsupported) || l2.PathFor(128) == "wgmma-fp4" {
+		t.Errorf("a weight scale of 2^2: SetFP4MaxM(1) %v, path %s", err, l2.PathFor(128))
+	}
+}

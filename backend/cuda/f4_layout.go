@@ -1,0 +1,170 @@
+package cuda
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+
+	"kimimoe/moe"
+)
+
+// The wgmma-fp4 path's weights (kernels/moe.cu "the wgmma-fp4 path"): MXFP4
+// kept at 4 bits a weight in memory, widened to BF16 in registers and fed
+// to wgmma as its register-sourced A operand, with the weights on the
+// 64-row side and the tokens on the narrow side (8 to 128 wide).
+//
+// Layout, per expert, 64-row group and 64-k chunk: 2048 bytes of payload,
+// thread tid of the warpgroup at bytes [16 tid, 16 tid + 16), four 32-bit
+// words, word q for the chunk's k16 step q; then, separately, 512 bytes of
+// scales, thread tid at [4 tid, 4 tid + 4). So a warp's loads are 512 and
+// 128 contiguous bytes.
+//
+// Word q holds the wgmma A fragment's four registers j = 0..3, each two
+// BF16 halves h (the PTX register-A map for BF16: thread tid = 32w + l,
+// register j, half h hold row 16w + l/4 + 8(j&1), k 2(l%4) + h + 8(j>>1)
+// of the 64 x 16 step). Each weight's E2M1 code (sign, e1 e0 m) sits in
+// the word so that one shift and one mask put its sign at bit 15 and its
+// three magnitude bits at bits 8..6 of its BF16 half (bits 16h more):
+//
+//	j=0: magnitude bits 6..8, sign 15  (q       & 0x81C081C0)
+//	j=1: magnitude bits 3..5, sign 12  (q << 3  & 0x81C081C0)
+//	j=2: magnitude bits 0..2, sign 9   (q << 6  & 0x81C081C0)
+//	j=3: e1 e0 at 14..13, m at 10, sign 11 (three shifts; the bits left)
+//
+// Those BF16 bits are the value E2M1 x 2^-126 exactly (code 1, 0.5, lands
+// on the BF16 subnormal 2^-127; the others are normal), and one BF16
+// multiply by 2^(s-1) makes it E2M1 x 2^(s-127), exactly, for every scale
+// s from 0 to 128: 2^(s-1) is then a normal BF16 and the product is a
+// BF16 value (the smallest, 2^-128, a subnormal). The scale byte stored
+// is s + 126, the BF16 exponent field of 2^(s-1). Scales above 128 (a
+// weight block of magnitude above 12) leave the layer without this path
+// (f4WhyNot); the other paths take it, exactly.
+//
+// Scale bytes of thread tid, chunk c: [row r0 block 2c, r0 block 2c+1,
+// r1 block 2c, r1 block 2c+1], r0 = 16w + l/4, r1 = r0 + 8.
+
+// f4MaxScale is the largest E8M0 weight scale the widening takes exactly.
+const f4MaxScale = 128
+
+// f4Bits places one E2M1 code for register j, half h of a word.
+func f4Bits(code uint8, j, h int) uint32 {
+	mag, sign := uint32(code&7), uint32(code>>3)
+	sh := uint(16 * h)
+	switch j {
+	case 0:
+		return (mag<<6 | sign<<15) << sh
+	case 1:
+		return (mag<<3 | sign<<12) << sh
+	case 2:
+		return (mag | sign<<9) << sh
+	}
+	return ((mag>>1)<<13 | (mag&1)<<10 | sign<<11) << sh
+}
+
+// f4Element is the (row within the 64-row group, k within the 64-k chunk)
+// of thread tid's word q, register j, half h.
+func f4Element(tid, q, j, h int) (row, k int) {
+	w, l := tid/32, tid%32
+	return 16*w + l/4 + 8*(j&1), 16*q + 2*(l%4) + h + 8*(j>>1)
+}
+
+// f4Arrange arranges one matrix set: e experts of rows rows of k elements
+// (packed [e][rows][k/2], scales [e][rows][k/32]; rows a multiple of 64, k
+// of 64) as e x rows/64 x k/64 blocks, group row r of group gi being
+// source row rowOf(gi, r) of its expert. It returns the payload and the
+// scale bytes.
+func f4Arrange(packed, scales []uint8, e, rows, k int, rowOf func(gi, r int) int) (payload, sc []uint8) {
+	groups, chunks := rows/64, k/abiWGChunkK
+	payload = make([]uint8, e*groups*chunks*f4ChunkBytes)
+	sc = make([]uint8, e*groups*chunks*f4ChunkScales)
+	rowBytes, kbs := k/2, k/32
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for job := range work { // job = expert * groups + group
+				ex, gi := job/groups, job%groups
+				for c := range chunks {
+					blk := payload[(job*chunks+c)*f4ChunkBytes:]
+					sblk := sc[(job*chunks+c)*f4ChunkScales:]
+					for tid := range 128 {
+						for q := range 4 {
+							var word uint32
+							for j := range 4 {
+								for h := range 2 {
+									r, kk := f4Element(tid, q, j, h)
+									kk += c * abiWGChunkK
+									src := ex*rows + rowOf(gi, r)
+									two := packed[src*rowBytes+kk/2]
+									word |= f4Bits((two>>(4*(kk%2)))&0xF, j, h)
+								}
+							}
+							o := 16*tid + 4*q
+							blk[o], blk[o+1], blk[o+2], blk[o+3] = uint8(word), uint8(word>>8), uint8(word>>16), uint8(word>>24)
+						}
+						for i := range 4 {
+							r, _ := f4Element(tid, 0, i>>1, 0)
+							src := ex*rows + rowOf(gi, r)
+							sblk[4*tid+i] = scales[src*kbs+2*c+i&1] + 126
+						}
+					}
+				}
+			}
+		}()
+	}
+	for job := range e * groups {
+		work <- job
+	}
+	close(work)
+	wg.Wait()
+	return payload, sc
+}
+
+// f4Row31 is FC1's row for GEMM1's 64-row group gi, row r: group gi holds
+// intermediate features [32 gi, 32 gi + 32), warp w (rows 16w..16w+15)
+// eight of them, its rows 0..7 their up rows and 8..15 their gate rows, so
+// each thread's two accumulator rows are the up and gate of one feature.
+func f4Row31(n int) func(gi, r int) int {
+	return func(gi, r int) int {
+		f := 32*gi + 8*(r/16) + r%8
+		if r%16 < 8 {
+			return f
+		}
+		return n + f
+	}
+}
+
+// f4Available says why w cannot take the wgmma-fp4 path ("" if it can):
+// K and N multiples of 128 (the kernels' 128-k steps over both, GEMM2's
+// 128-row CTAs), every weight scale at most f4MaxScale.
+func f4Available(w *moe.Weights) string {
+	if w.K%128 != 0 || w.N%128 != 0 {
+		return fmt.Sprintf("K=%d, N=%d (need multiples of 128)", w.K, w.N)
+	}
+	for _, m := range []struct {
+		name string
+		s    []uint8
+		rows int
+		kbs  int
+	}{{"w31", w.W31Scale, 2 * w.N, w.K / 32}, {"w2", w.W2Scale, w.K, w.N / 32}} {
+		for i, s := range m.s {
+			if s > f4MaxScale {
+				per := m.rows * m.kbs
+				return fmt.Sprintf("%s scale of expert %d row %d block %d is 2^%d, above the exact widening's 2^%d",
+					m.name, i/per, i%per/m.kbs, i%m.kbs, int(s)-127, f4MaxScale-127)
+			}
+		}
+	}
+	return ""
+}
+
+// f4W31 and f4W2 arrange FC1 and FC2 for the wgmma-fp4 GEMMs.
+func f4W31(w *moe.Weights) (payload, sc []uint8) {
+	return f4Arrange(w.W31, w.W31Scale, w.E, 2*w.N, w.K, f4Row31(w.N))
+}
+
+func f4W2(w *moe.Weights) (payload, sc []uint8) {
+	return f4Arrange(w.W2, w.W2Scale, w.E, w.K, w.N, func(gi, r int) int { return 64*gi + r })
+}

@@ -1,0 +1,185 @@
+package cuda
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"kimimoe/activation"
+	"kimimoe/moe"
+	"kimimoe/mxfp"
+	"kimimoe/validation"
+)
+
+// f4Unpack is the layout's documented decoding of word q's register j
+// (kernels/moe.cu f4_widen without the multiply): the BF16 pair of
+// E2M1 x 2^-126 values.
+func f4Unpack(q uint32, j int) uint32 {
+	switch j {
+	case 0:
+		return q & 0x81C081C0
+	case 1:
+		return q << 3 & 0x81C081C0
+	case 2:
+		return q << 6 & 0x81C081C0
+	}
+	return q>>6&0x01800180 | q>>4&0x00400040 | q<<4&0x80008000
+}
+
+// The placement: the eight (register, half) fields of a word are disjoint
+// and fill it, and each decodes to E2M1 x 2^-126 exactly, for all 16
+// codes (the sign of zero kept).
+func TestF4BitsPlacement(t *testing.T) {
+	var all uint32
+	for j := range 4 {
+		for h := range 2 {
+			f := f4Bits(0xF, j, h)
+			if all&f != 0 {
+				t.Fatalf("register %d half %d overlaps another field: %#08x", j, h, f)
+			}
+			all |= f
+			for c := range uint8(16) {
+				bits := uint16(f4Unpack(f4Bits(c, j, h), j) >> (16 * h))
+				got := float64(bf16Float(bits))
+				want := float64(mxfp.DecodeE2M1(c)) * math.Ldexp(1, -126)
+				if got != want || math.Signbit(got) != math.Signbit(want) {
+					t.Fatalf("register %d half %d code %#x: %g (bits %#04x), want %g", j, h, c, got, bits, want)
+				}
+			}
+		}
+	}
+	if all != 0xFFFFFFFF {
+		t.Fatalf("fields cover %#08x, want every bit", all)
+	}
+}
+
+// The arranged weights, decoded as the kernel does (f4Unpack, times
+// 2^(stored byte - 127) = 2^(s-1)), are every weight's value E2M1 x
+// 2^(s-127) from package mxfp's dequantization, for FC1 (up and gate rows
+// of 32-feature groups) and FC2, at scales from 0 to 128.
+func TestF4ArrangeReadsBack(t *testing.T) {
+	s := validation.CaseSpec{Name: "f4", M: 1, K: 256, N: 128, ELocal: 3, TopK: 2, Activation: activation.Situ,
+		Chain: moe.ChainMXFP8, Recipe: mxfp.RecipeRCeil, Seed: 1, WeightSeed: 9}
+	w, err := validation.GenerateWeights(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.W31Scale[5], w.W2Scale[7], w.W31Scale[9], w.W2Scale[11] = 0, 1, f4MaxScale, f4MaxScale
+	if why := f4Available(w); why != "" {
+		t.Fatal(why)
+	}
+	for _, m := range []struct {
+		name    string
+		arrange func(*moe.Weights) ([]uint8, []uint8)
+		fc      func(int) *mxfp.MXFP4Matrix
+		rows, k int
+		rowOf   func(gi, r int) int
+	}{
+		{"fc1", f4W31, w.FC1, 2 * w.N, w.K, f4Row31(w.N)},
+		{"fc2", f4W2, w.FC2, w.K, w.N, func(gi, r int) int { return 64*gi + r }},
+	} {
+		payload, sc := m.arrange(w)
+		groups, chunks := m.rows/64, m.k/abiWGChunkK
+		if len(payload) != w.E*groups*chunks*f4ChunkBytes || len(sc) != w.E*groups*chunks*f4ChunkScales {
+			t.Fatalf("%s: %d payload and %d scale bytes", m.name, len(payload), len(sc))
+		}
+		seen := make([]bool, w.E*m.rows*m.k)
+		for e := range w.E {
+			mat := m.fc(e)
+			vals := make([]float64, mat.Rows*mat.Cols)
+			mxfp.DequantizeMXFP4Float64(vals, mat.Packed, mat.Scales)
+			for gi := range groups {
+				for c := range chunks {
+					blk := (e*groups+gi)*chunks + c
+					for tid := range 128 {
+						for q := range 4 {
+							o := blk*f4ChunkBytes + 16*tid + 4*q
+							word := uint32(payload[o]) | uint32(payload[o+1])<<8 | uint32(payload[o+2])<<16 | uint32(payload[o+3])<<24
+							for j := range 4 {
+								// Registers 0 and 2 are row r0's, 1 and 3 row r1's; steps 0-1 block 0, 2-3 block 1.
+								sb := sc[blk*f4ChunkScales+4*tid+2*(j&1)+q/2]
+								for h := range 2 {
+									r, k := f4Element(tid, q, j, h)
+									src, kk := m.rowOf(gi, r), c*abiWGChunkK+k
+									bits := uint16(f4Unpack(word, j) >> (16 * h))
+									got := float64(bf16Float(bits)) * math.Ldexp(1, int(sb)-127)
+									if want := vals[src*m.k+kk]; got != want || math.Signbit(got) != math.Signbit(want) {
+										t.Fatalf("%s expert %d group %d chunk %d thread %d step %d register %d half %d (row %d, k %d): %g, want %g",
+											m.name, e, gi, c, tid, q, j, h, src, kk, got, want)
+									}
+									seen[(e*m.rows+src)*m.k+kk] = true
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+		for i, ok := range seen {
+			if !ok {
+				t.Fatalf("%s: weight %d is not in the layout", m.name, i)
+			}
+		}
+	}
+}
+
+// Shapes and scales the widening cannot take leave the layer without the
+// path, saying which tensor and where.
+func TestF4Available(t *testing.T) {
+	s := validation.CaseSpec{Name: "f4", M: 1, K: 256, N: 128, ELocal: 2, TopK: 1, Activation: activation.Situ,
+		Chain: moe.ChainMXFP8, Recipe: mxfp.RecipeRCeil, Seed: 1, WeightSeed: 3}
+	w, err := validation.GenerateWeights(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.W2Scale[len(w.W2Scale)-1] = f4MaxScale + 1
+	if why := f4Available(w); !strings.Contains(why, "w2 scale of expert 1 row 255 block 3 is 2^2") {
+		t.Errorf("a scale of 2^2: %q", why)
+	}
+	s.K, s.N = 160, 96
+	w2, err := validation.GenerateWeights(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why := f4Available(w2); !strings.Contains(why, "K=160, N=96") {
+		t.Errorf("K=160, N=96: %q", why)
+	}
+}
+
+// Which inputs leave the BF16 GEMMs for the mma.sync ones: an infinity
+// under rceil (saturated to 448 x 2^127), pre-quantized block scales of
+// 2^120 and up (448 x 2^120 is past BF16's largest, (2 - 2^-7) x 2^127;
+// 2^119 is not), never NaN.
+func TestXPastBF16(t *testing.T) {
+	inf, nan := float32(math.Inf(-1)), float32(math.NaN())
+	for _, c := range []struct {
+		name   string
+		x      []float32
+		scales []uint8
+		r      mxfp.Recipe
+		want   bool
+	}{
+		{"finite rceil", []float32{1, -2, math.MaxFloat32}, nil, mxfp.RecipeRCeil, false},
+		{"-inf rceil", []float32{1, inf}, nil, mxfp.RecipeRCeil, true},
+		{"-inf floor", []float32{1, inf}, nil, mxfp.RecipeFloor, false},
+		{"nan rceil", []float32{nan}, nil, mxfp.RecipeRCeil, false},
+		{"scale 2^119", nil, []uint8{127, 246}, mxfp.RecipeRCeil, false},
+		{"scale 2^120", nil, []uint8{127, 247}, mxfp.RecipeRCeil, true},
+		{"scale 2^127", nil, []uint8{254}, mxfp.RecipeFloor, true},
+		{"NaN scale", nil, []uint8{0xFF}, mxfp.RecipeRCeil, false},
+	} {
+		in := &moe.Input{X: c.x}
+		if c.x == nil {
+			in.XQ = &mxfp.MXFP8Matrix{Scales: c.scales}
+		}
+		if got := xPastBF16(in, c.r); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+	// The boundary, in float64: the largest E4M3 value times 2^(s-127) is a
+	// finite BF16 for s = 246 and not for 247.
+	bf16Max := (2 - math.Ldexp(1, -7)) * math.Ldexp(1, 127)
+	if 448*math.Ldexp(1, 246-127) > bf16Max || 448*math.Ldexp(1, 247-127) <= bf16Max {
+		t.Error("the scale boundary is not 247")
+	}
+}
