@@ -1268,17 +1268,20 @@ __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
 #endif
 }
 
-// Registers: NT/2 accumulators, two A buffers (32), F4_AHEAD x 5 loaded
-// words; two CTAs an SM up to NT = 64.
+// Registers: NT/2 accumulators, one A buffer (16), 2 F4_AHEAD x 5 loaded
+// words. More CTAs an SM pay more than the registers cost (H200,
+// docs/PERF.md): four at NT = 8 (64 registers; 0.219 -> 0.199 ms at M=8
+// against three), three at 16 and 32 (85; M=16 0.261 -> 0.223 ms against
+// two, M=64 0.341 -> 0.304), two at 64, one at 128.
 static_assert(KMOE_F4_TILE_MAX == 128, "the instances below");
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_t8(const F4Gemm1Args a) { f4_gemm1_act<8>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 4) kmoe_f4_gemm1_act_t8(const F4Gemm1Args a) { f4_gemm1_act<8>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_t16(const F4Gemm1Args a) { f4_gemm1_act<16>(a); }
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm1_act_t32(const F4Gemm1Args a) { f4_gemm1_act<32>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_t32(const F4Gemm1Args a) { f4_gemm1_act<32>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm1_act_t64(const F4Gemm1Args a) { f4_gemm1_act<64>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm1_act_t128(const F4Gemm1Args a) { f4_gemm1_act<128>(a); }
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t8(const F4Gemm2Args a) { f4_gemm2<8>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 4) kmoe_f4_gemm2_t8(const F4Gemm2Args a) { f4_gemm2<8>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t16(const F4Gemm2Args a) { f4_gemm2<16>(a); }
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm2_t32(const F4Gemm2Args a) { f4_gemm2<32>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t32(const F4Gemm2Args a) { f4_gemm2<32>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm2_t64(const F4Gemm2Args a) { f4_gemm2<64>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm2_t128(const F4Gemm2Args a) { f4_gemm2<128>(a); }
 
