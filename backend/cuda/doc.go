@@ -48,32 +48,59 @@
 // by the SHA-256 of source, architecture, options and NVRTC version; each
 // entry carries its own hash and a corrupt entry is rebuilt, not trusted.
 //
-// Three paths, chosen per forward by the token count (Layer.PathFor). The
-// decode path (M <= 24, and every M when K or N is not a multiple of 128,
-// as GPT-OSS's 2880) streams the weights: they are re-laid at Prepare into
-// 16-row x 128-k tiles (K and N padded with zero weights, which is exact),
-// every SM reads them with 16-byte loads, the tokens ride on the MMA's
-// narrow side; one prologue launch quantizes x and routes, GEMM1 fuses the
-// activation and requantization, GEMM2 and the finalize follow. The grouped
-// path (M > 24) quantizes x, routes into a stable expert-sorted permutation,
-// runs grouped GEMM1 (activation and requantization fused) and GEMM2 over
-// token tiles of 64 or 128 staged in shared memory, and finalizes. On an
-// sm_90 device (the module is compiled for sm_90a) from M = 192 its GEMMs
-// are the wgmma path's: Hopper's warpgroup MMA on BF16 operands, which is
-// exact here (every MXFP4 weight and every MXFP8 value is a BF16 value, and
-// BF16 products are exact in float32), so the tensor cores sum whole rows
-// in float32 with no per-block scaling; weights re-laid at Prepare as BF16
-// in 256-row (128 where K is not a multiple of 256) tiles of the operand's
-// core-matrix layout, x and the intermediate written as BF16, four
-// cp.async stages, two consumer warpgroups (SetWGMMA and SetWGMinM turn it
-// off or move its threshold; KIMIMOE_WGMMA_MIN_M sets the threshold of
-// every layer, KIMIMOE_WGMMA_ROWS=128 the smaller tiles, both to measure).
+// Four paths, chosen per forward by the token count (Layer.PathFor). On an
+// sm_90 device (the module is compiled for sm_90a) the wgmma-fp4 path takes
+// every M up to 512 where K and N are multiples of 128 and every weight
+// scale is at most 2^1: grouped GEMMs on Hopper's warpgroup MMA with the
+// weights kept as MXFP4 in memory (re-laid at Prepare so that each
+// thread's A fragment of a 64-k chunk is one 16-byte load, f4_layout.go),
+// widened to BF16 in registers by a shift and a mask per pair and one
+// BF16 multiply by 2^(s-1), which is exact (every E2M1 x 2^(s-127) with s
+// <= 128 is a BF16 value, the subnormal at code 0.5 included; checked
+// exhaustively on the device), and fed to wgmma as its register-sourced A
+// operand with the weights on the 64-row side and 8 to 64 tokens of one
+// expert on the narrow side, staged as BF16 in shared memory. BF16
+// products are exact in float32, so the tensor cores sum whole rows in
+// float32 with no per-block scaling. Two warpgroups a CTA (64 rows each:
+// GEMM1's up and gate rows of 32 features, so the activation and MXFP8
+// requantization are fused in registers as on the mma.sync path), one
+// barrier per 128 k. SetFP4MaxM moves its threshold (0: off);
+// KIMIMOE_FP4_MAX_M sets it for every layer, KIMIMOE_FP4_TOKENS forces a
+// token tile, both to measure.
+//
+// The decode path (M <= 24 where the wgmma-fp4 path is not available, and
+// every M when K or N is not a multiple of 128, as GPT-OSS's 2880) streams
+// the weights: they are re-laid at Prepare into 16-row x 128-k tiles (K and
+// N padded with zero weights, which is exact), every SM reads them with
+// 16-byte loads, the tokens ride on the MMA's narrow side; one prologue
+// launch quantizes x and routes, GEMM1 fuses the activation and
+// requantization, GEMM2 and the finalize follow. The grouped path
+// quantizes x, routes into a stable expert-sorted permutation, runs
+// grouped GEMM1 (activation and requantization fused) and GEMM2 over token
+// tiles of 64 or 128 staged in shared memory, and finalizes. On sm_90 from
+// M = 192 (past the wgmma-fp4 path's 512 by default) its GEMMs are the
+// wgmma path's: warpgroup MMA on BF16 operands with the weights re-laid at
+// Prepare as BF16 in 256-row (128 where K is not a multiple of 256) tiles
+// of the operand's core-matrix layout, x and the intermediate written as
+// BF16, four cp.async stages, two consumer warpgroups (SetWGMMA and
+// SetWGMinM turn it off or move its threshold; KIMIMOE_WGMMA_MIN_M sets the
+// threshold of every layer, KIMIMOE_WGMMA_ROWS=128 the smaller tiles, both
+// to measure). KIMIMOE_DECODE_MAX_M sets the decode path's threshold (-1:
+// only where the shape needs it).
+//
+// The two BF16 paths take x as BF16, which holds every MXFP8 value below
+// 2^128; a forward whose x reaches 2^128 (an infinite element under the
+// rceil recipe, or pre-quantized block scales of 2^120 and up) would turn
+// such values into infinities and a product with a zero weight into NaN
+// where the exact product is 0, so it runs the mma.sync GEMMs instead,
+// decided on the host at upload (one graph per input form and per this).
+//
 // All paths sum each token's slots in slot order with no atomics (results
 // are bitwise deterministic) and never index anything with -1 or another
 // rank's id. A prepared layer keeps its weights on the device as given
-// (grouped path), re-laid in tiles (decode path), and on sm_90 as BF16
-// (wgmma path): 2 x 491 MB + 1.85 GB for the 28 experts of a Kimi-K3 EP32
-// rank.
+// (grouped path), re-laid in tiles (decode path), and on sm_90 re-laid for
+// the wgmma-fp4 path and as BF16 (wgmma path): 3 x 491 MB + 1.85 GB for
+// the 28 experts of a Kimi-K3 EP32 rank.
 //
 // The block-scaled MMA of the decode and mma.sync grouped GEMMs is one
 // device function with two bodies. On sm_89 and sm_90 (the default): FP8 mma.sync m16n8k32 e4m3 x e4m3 with E2M1 widened
@@ -90,8 +117,9 @@
 // the "go" backend as the fallback.
 //
 // Precision against the oracle (same chain): the GEMMs accumulate in
-// float32 (mma.sync: exact block products summed across blocks; wgmma:
-// whole rows; the oracle: exact block sums, float64 across blocks),
+// float32 (mma.sync: exact block products summed across blocks; both
+// wgmma paths: whole rows; the oracle: exact block sums, float64 across
+// blocks),
 // the activation is float32 (on the mxfp8 chain the oracle's is float64),
 // and the finalize sums slots in float32. The first two can move an
 // intermediate value across an MXFP8 rounding boundary, changing that
