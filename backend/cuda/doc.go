@@ -47,6 +47,8 @@
 // $KIMIMOE_CACHE (default: the user cache directory, kimimoe/cubin) keyed
 // by the SHA-256 of source, architecture, options and NVRTC version; each
 // entry carries its own hash and a corrupt entry is rebuilt, not trusted.
+// KIMIMOE_NVRTC_VERBOSE=1 adds ptxas's -v (registers, spills, and its
+// notes on serialized wgmma) to the options and prints the compile log.
 //
 // Four paths, chosen per forward by the token count (Layer.PathFor). On an
 // sm_90 device (the module is compiled for sm_90a) the wgmma-fp4 path takes
