@@ -1,0 +1,53 @@
+//go:build cgo
+
+package cuda
+
+import (
+	"slices"
+	"testing"
+
+	"kimimoe/moe"
+)
+
+// Which path a token count takes, from the layer's settings alone (no
+// device): wgmma-fp4 first where it is available, up to its threshold;
+// then decode (small M, or a shape only it runs); then wgmma from its
+// threshold; else the mma.sync grouped GEMMs.
+func TestPathOrder(t *testing.T) {
+	kimi := &moe.Weights{K: 3584, N: 3072}
+	oss := &moe.Weights{K: 2880, N: 2880}
+	for _, c := range []struct {
+		name string
+		l    Layer
+		want map[int]string
+	}{
+		{"sm_90a, Kimi", Layer{w: kimi, f4W31: 1, f4MaxM: f4MaxMDefault, wgW31: 1, wgMinM: wgMinM, decodeMaxM: decodeMaxM},
+			map[int]string{1: "wgmma-fp4", 24: "wgmma-fp4", 512: "wgmma-fp4", 513: "wgmma", 8192: "wgmma"}},
+		{"sm_90a, fp4 off", Layer{w: kimi, f4W31: 1, f4MaxM: 0, wgW31: 1, wgMinM: wgMinM, decodeMaxM: decodeMaxM},
+			map[int]string{1: "decode", 24: "decode", 25: "grouped", 191: "grouped", 192: "wgmma"}},
+		{"sm_90a, no fp4 (scales)", Layer{w: kimi, f4MaxM: f4MaxMDefault, wgW31: 1, wgMinM: wgMinM, decodeMaxM: decodeMaxM},
+			map[int]string{1: "decode", 128: "grouped", 512: "wgmma"}},
+		{"sm_89", Layer{w: kimi, f4MaxM: f4MaxMDefault, wgMinM: wgMinM, decodeMaxM: decodeMaxM},
+			map[int]string{1: "decode", 25: "grouped", 8192: "grouped"}},
+		{"GPT-OSS 2880", Layer{w: oss, f4MaxM: f4MaxMDefault, wgMinM: wgMinM, decodeMaxM: decodeMaxM},
+			map[int]string{1: "decode", 8192: "decode"}},
+	} {
+		for m, want := range c.want {
+			if got := c.l.PathFor(m); got != want {
+				t.Errorf("%s: M=%d takes %s, want %s", c.name, m, got, want)
+			}
+		}
+	}
+}
+
+// Every token count gets an instance's tile, growing with M.
+func TestF4TileTokens(t *testing.T) {
+	prev := 0
+	for m := 1; m <= 2*f4MaxMDefault; m++ {
+		nt := f4TileTokens(m)
+		if !slices.Contains(f4Tiles, nt) || nt < prev {
+			t.Fatalf("M=%d: tile %d (previous %d)", m, nt, prev)
+		}
+		prev = nt
+	}
+}
