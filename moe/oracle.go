@@ -3,10 +3,9 @@ package moe
 import (
 	"fmt"
 	"math"
-	"runtime"
-	"sync"
 
 	"kimimoe/activation"
+	"kimimoe/internal/parallel"
 	"kimimoe/mxfp"
 )
 
@@ -57,8 +56,8 @@ func NewOracle(w *Weights, spec LayerSpec) (*Oracle, error) {
 	o := &Oracle{spec: spec, w: w, numGlobal: numGlobal}
 	o.w31 = make([]int8, len(w.W31)*2)
 	o.w2 = make([]int8, len(w.W2)*2)
-	parallelFor(len(w.W31)/4096+1, func(i int) { decodeFP4(o.w31, w.W31, i*4096, min((i+1)*4096, len(w.W31))) })
-	parallelFor(len(w.W2)/4096+1, func(i int) { decodeFP4(o.w2, w.W2, i*4096, min((i+1)*4096, len(w.W2))) })
+	parallel.For(len(w.W31)/4096+1, func(i int) { decodeFP4(o.w31, w.W31, i*4096, min((i+1)*4096, len(w.W31))) })
+	parallel.For(len(w.W2)/4096+1, func(i int) { decodeFP4(o.w2, w.W2, i*4096, min((i+1)*4096, len(w.W2))) })
 	return o, nil
 }
 
@@ -197,7 +196,7 @@ func (o *Oracle) Forward(out []float64, in *Input, rows []int) error {
 
 	// Quantize (or decode) x for the chosen rows.
 	xs := make([]qrow, len(rows))
-	parallelFor(len(rows), func(i int) {
+	parallel.For(len(rows), func(i int) {
 		xs[i] = newQRow(w.K)
 		t := rows[i]
 		if in.XQ != nil {
@@ -239,7 +238,7 @@ func (o *Oracle) Forward(out []float64, in *Input, rows []int) error {
 			}
 		}
 	}
-	parallelFor(len(tasks), func(i int) {
+	parallel.For(len(tasks), func(i int) {
 		tk := tasks[i]
 		o.expertForward(tk.e, tk.pairs, xs, y)
 	})
@@ -351,31 +350,4 @@ func flashInferActivation(dst []float32, kind activation.Kind, p *activation.Par
 		}
 		dst[i] = mxfp.RoundBF16(v)
 	}
-}
-
-// parallelFor runs f(0..n-1) on up to GOMAXPROCS goroutines.
-func parallelFor(n int, f func(i int)) {
-	workers := min(runtime.GOMAXPROCS(0), n)
-	if workers <= 1 {
-		for i := range n {
-			f(i)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	next := make(chan int, n)
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				f(i)
-			}
-		}()
-	}
-	wg.Wait()
 }

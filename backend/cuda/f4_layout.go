@@ -2,9 +2,8 @@ package cuda
 
 import (
 	"fmt"
-	"runtime"
-	"sync"
 
+	"kimimoe/internal/parallel"
 	"kimimoe/moe"
 )
 
@@ -78,47 +77,34 @@ func f4Arrange(packed, scales []uint8, e, rows, k int, rowOf func(gi, r int) int
 	payload = make([]uint8, e*groups*chunks*f4ChunkBytes)
 	sc = make([]uint8, e*groups*chunks*f4ChunkScales)
 	rowBytes, kbs := k/2, k/32
-	work := make(chan int)
-	var wg sync.WaitGroup
-	for range runtime.GOMAXPROCS(0) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for job := range work { // job = expert * groups + group
-				ex, gi := job/groups, job%groups
-				for c := range chunks {
-					blk := payload[(job*chunks+c)*f4ChunkBytes:]
-					sblk := sc[(job*chunks+c)*f4ChunkScales:]
-					for tid := range 128 {
-						for q := range 4 {
-							var word uint32
-							for j := range 4 {
-								for h := range 2 {
-									r, kk := f4Element(tid, q, j, h)
-									kk += c * abiWGChunkK
-									src := ex*rows + rowOf(gi, r)
-									two := packed[src*rowBytes+kk/2]
-									word |= f4Bits((two>>(4*(kk%2)))&0xF, j, h)
-								}
-							}
-							o := 16*tid + 4*q
-							blk[o], blk[o+1], blk[o+2], blk[o+3] = uint8(word), uint8(word>>8), uint8(word>>16), uint8(word>>24)
-						}
-						for i := range 4 {
-							r, _ := f4Element(tid, 0, i>>1, 0)
+	parallel.For(e*groups, func(job int) { // job = expert * groups + group
+		ex, gi := job/groups, job%groups
+		for c := range chunks {
+			blk := payload[(job*chunks+c)*f4ChunkBytes:]
+			sblk := sc[(job*chunks+c)*f4ChunkScales:]
+			for tid := range 128 {
+				for q := range 4 {
+					var word uint32
+					for j := range 4 {
+						for h := range 2 {
+							r, kk := f4Element(tid, q, j, h)
+							kk += c * abiWGChunkK
 							src := ex*rows + rowOf(gi, r)
-							sblk[4*tid+i] = scales[src*kbs+2*c+i&1] + 126
+							two := packed[src*rowBytes+kk/2]
+							word |= f4Bits((two>>(4*(kk%2)))&0xF, j, h)
 						}
 					}
+					o := 16*tid + 4*q
+					blk[o], blk[o+1], blk[o+2], blk[o+3] = uint8(word), uint8(word>>8), uint8(word>>16), uint8(word>>24)
+				}
+				for i := range 4 {
+					r, _ := f4Element(tid, 0, i>>1, 0)
+					src := ex*rows + rowOf(gi, r)
+					sblk[4*tid+i] = scales[src*kbs+2*c+(i&1)] + 126
 				}
 			}
-		}()
-	}
-	for job := range e * groups {
-		work <- job
-	}
-	close(work)
-	wg.Wait()
+		}
+	})
 	return payload, sc
 }
 

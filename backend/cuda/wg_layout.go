@@ -2,9 +2,8 @@ package cuda
 
 import (
 	"math"
-	"runtime"
-	"sync"
 
+	"kimimoe/internal/parallel"
 	"kimimoe/moe"
 	"kimimoe/mxfp"
 )
@@ -54,34 +53,21 @@ func wgArrange(packed, scales []uint8, e, rows, k, bn, tiles int, rowOf func(tb,
 	chunks, tb := k/abiWGChunkK, wgTileBytes(bn)
 	payload := make([]uint8, e*tiles*chunks*tb)
 	rowBytes, kbs := k/2, k/32
-	work := make(chan int)
-	var wg sync.WaitGroup
-	for range runtime.GOMAXPROCS(0) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for job := range work {
-				ex, t := job/tiles, job%tiles
-				for r := range bn {
-					src := ex*rows + rowOf(t, r)
-					row := packed[src*rowBytes : (src+1)*rowBytes]
-					for j, two := range row {
-						kk := 2 * j
-						tab := &wgBF16Table[scales[src*kbs+kk/32]]
-						blk := payload[(job*chunks+kk/abiWGChunkK)*tb:]
-						o := wgOffset(r, 2*(kk%abiWGChunkK)) // kk even: both elements in one 16-byte piece
-						lo, hi := tab[two&0xF], tab[two>>4]
-						blk[o], blk[o+1], blk[o+2], blk[o+3] = uint8(lo), uint8(lo>>8), uint8(hi), uint8(hi>>8)
-					}
-				}
+	parallel.For(e*tiles, func(job int) {
+		ex, t := job/tiles, job%tiles
+		for r := range bn {
+			src := ex*rows + rowOf(t, r)
+			row := packed[src*rowBytes : (src+1)*rowBytes]
+			for j, two := range row {
+				kk := 2 * j
+				tab := &wgBF16Table[scales[src*kbs+kk/32]]
+				blk := payload[(job*chunks+kk/abiWGChunkK)*tb:]
+				o := wgOffset(r, 2*(kk%abiWGChunkK)) // kk even: both elements in one 16-byte piece
+				lo, hi := tab[two&0xF], tab[two>>4]
+				blk[o], blk[o+1], blk[o+2], blk[o+3] = uint8(lo), uint8(lo>>8), uint8(hi), uint8(hi>>8)
 			}
-		}()
-	}
-	for job := range e * tiles {
-		work <- job
-	}
-	close(work)
-	wg.Wait()
+		}
+	})
 	return payload
 }
 
