@@ -556,24 +556,14 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 // uploadWeights copies the weights and activation parameters to the device.
 func (l *Layer) uploadWeights() error {
 	b, w, spec := l.b, l.w, l.spec
-	var err error
 	l.epRank = spec.EP.Normalize().Rank
 	params := packParams(spec.Params)
 	d31, d31s := decodeW31(w)
 	d2, d2s := decodeW2(w)
-	for _, up := range []struct {
-		dst  *devptr
-		data []byte
-	}{
-		{&l.w31, w.W31}, {&l.w31s, w.W31Scale}, {&l.w2, w.W2}, {&l.w2s, w.W2Scale}, {&l.params, f32bytes(params)},
-		{&l.d31, d31}, {&l.d31s, d31s}, {&l.d2, d2}, {&l.d2s, d2s},
-	} {
-		if *up.dst, err = cuMemAlloc(len(up.data)); err != nil {
-			return errors.Join(err, l.free())
-		}
-		if err = cuMemcpyHtoD(*up.dst, up.data, b.stream); err != nil {
-			return errors.Join(err, l.free())
-		}
+	err := l.uploadAll(upload{&l.w31, w.W31}, upload{&l.w31s, w.W31Scale}, upload{&l.w2, w.W2}, upload{&l.w2s, w.W2Scale},
+		upload{&l.params, f32bytes(params)}, upload{&l.d31, d31}, upload{&l.d31s, d31s}, upload{&l.d2, d2}, upload{&l.d2s, d2s})
+	if err != nil {
+		return errors.Join(err, l.free())
 	}
 	if err := l.uploadWG(); err != nil {
 		return errors.Join(err, l.free())
@@ -603,12 +593,7 @@ func (l *Layer) uploadWG() error {
 	if os.Getenv("KIMIMOE_WGMMA_ROWS") == "128" && l.wgRows == 256 { // to measure the tile sizes
 		l.wgRows = 128
 	}
-	ptrs, err := l.uploadAll(wgW31(w, l.wgRows), wgW2(w, l.wgRows))
-	if err != nil {
-		return err
-	}
-	l.wgW31, l.wgW2 = ptrs[0], ptrs[1]
-	return nil
+	return l.uploadAll(upload{&l.wgW31, wgW31(w, l.wgRows)}, upload{&l.wgW2, wgW2(w, l.wgRows)})
 }
 
 // uploadF4 arranges and uploads the weights for the wgmma-fp4 path where
@@ -624,25 +609,28 @@ func (l *Layer) uploadF4() error {
 	}
 	p31, s31 := f4W31(w)
 	p2, s2 := f4W2(w)
-	ptrs, err := l.uploadAll(p31, s31, p2, s2)
-	if err != nil {
-		return err
-	}
-	l.f4W31, l.f4W31S, l.f4W2, l.f4W2S = ptrs[0], ptrs[1], ptrs[2], ptrs[3]
-	return nil
+	return l.uploadAll(upload{&l.f4W31, p31}, upload{&l.f4W31S, s31}, upload{&l.f4W2, p2}, upload{&l.f4W2S, s2})
 }
 
-// uploadAll copies each of data to a new device buffer, all or none.
-func (l *Layer) uploadAll(data ...[]byte) ([]devptr, error) {
-	ptrs := make([]devptr, len(data))
-	for i, d := range data {
-		p, err := cuMemAlloc(len(d))
+// upload is a host buffer and the layer field that gets its device copy.
+type upload struct {
+	dst  *devptr
+	data []byte
+}
+
+// uploadAll copies each upload's data to a new device buffer and sets its
+// dst: all or none (on an error the buffers made are freed and no dst is
+// set).
+func (l *Layer) uploadAll(ups ...upload) error {
+	ptrs := make([]devptr, len(ups))
+	for i, up := range ups {
+		p, err := cuMemAlloc(len(up.data))
 		if err == nil {
 			ptrs[i] = p
-			err = cuMemcpyHtoD(p, d, l.b.stream)
+			err = cuMemcpyHtoD(p, up.data, l.b.stream)
 		}
 		if err == nil {
-			err = cuStreamSync(l.b.stream) // d must outlive the copy
+			err = cuStreamSync(l.b.stream) // data must outlive the copy
 		}
 		if err != nil {
 			for _, p := range ptrs {
@@ -650,10 +638,13 @@ func (l *Layer) uploadAll(data ...[]byte) ([]devptr, error) {
 					cuMemFree(p)
 				}
 			}
-			return nil, err
+			return err
 		}
 	}
-	return ptrs, nil
+	for i, up := range ups {
+		*up.dst = ptrs[i]
+	}
+	return nil
 }
 
 func f32bytes(v []float32) []byte {
@@ -799,36 +790,28 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 	ws := &workspace{m: m, topk: topk, lastUse: l.uses, decode: l.PathFor(m) == "decode"}
 	kp, np := padTo(w.K), padTo(w.N)
 	entries := m * topk
-	for _, a := range []struct {
+	type buf struct {
 		p *devptr
 		n int
-	}{
+	}
+	bufs := []buf{
 		{&ws.x, 4 * m * w.K}, {&ws.xq, m * w.K}, {&ws.xs, m * w.K / 32},
 		{&ws.ids, 4 * entries}, {&ws.wts, 4 * entries}, {&ws.pos, 4 * entries}, {&ws.perm, 4 * entries},
 		{&ws.counts, 4 * w.E}, {&ws.offset, 4 * (w.E + 1)}, {&ws.tileBase, 4 * (w.E + 1)},
 		{&ws.aq, (entries + 1) * np}, {&ws.aqs, entries * np / 32}, {&ws.y, 4 * entries * w.K}, {&ws.out, 4 * m * w.K},
 		// The decode path's buffers, each with one more row, all zeros.
 		{&ws.xqd, (m + 1) * kp}, {&ws.xsf, 4 * (m + 1) * kp / 32}, {&ws.touched, 4 * (w.E + 1)}, {&ws.aqsf, 4 * (entries + 1) * np / 32},
-	} {
+	}
+	if l.wgW31 != 0 || l.f4W31 != 0 { // the BF16 paths' x and intermediate
+		bufs = append(bufs, buf{&ws.xbf, 2 * m * w.K}, buf{&ws.aqbf, 2 * entries * w.N})
+	}
+	for _, a := range bufs {
 		p, err := cuMemAlloc(a.n)
 		if err != nil {
 			return nil, errors.Join(err, ws.free())
 		}
 		*a.p = p
 		ws.bufs = append(ws.bufs, p)
-	}
-	if l.wgW31 != 0 || l.f4W31 != 0 {
-		for _, a := range []struct {
-			p *devptr
-			n int
-		}{{&ws.xbf, 2 * m * w.K}, {&ws.aqbf, 2 * entries * w.N}} {
-			p, err := cuMemAlloc(max(a.n, 16))
-			if err != nil {
-				return nil, errors.Join(err, ws.free())
-			}
-			*a.p = p
-			ws.bufs = append(ws.bufs, p)
-		}
 	}
 	// The decode path's padding columns of the intermediate stay zero codes
 	// with scale 1.0 (GEMM1 writes only the real features); its zero rows

@@ -415,7 +415,7 @@ func (p *memberLayer) uploadDispatch(gl *GroupLayer, in *moe.Input) error {
 	}
 	ds.wide = xPastBF16(in, p.l.spec.Recipe)
 	alloc := func(n int) (devptr, error) {
-		ptr, err := cuMemAlloc(max(n, 16)) // the driver refuses 0 bytes
+		ptr, err := cuMemAlloc(n) // (cuMemAlloc makes 0 bytes a real buffer)
 		if err == nil {
 			ds.bufs = append(ds.bufs, ptr)
 		}
