@@ -78,11 +78,9 @@ func NCCLVersion() (string, error) {
 	return fmt.Sprintf("%d.%d.%d", v/10000, v/100%100, v%100), err
 }
 
-// OpenGroup opens an expert-parallel group over devices (ordinals), all
-// driven by this process: one Backend per device and one NCCL
-// communicator each (ncclCommInitAll). Keep NCCL_NVLS_ENABLE=0 where
-// NVLink multicast must stay off; kimimoe never asks for it.
-func OpenGroup(devices []int, opts GroupOptions) (*Group, error) {
+// newGroup checks the driver, NCCL and this process's device ordinals
+// and makes a group of size ranks with no members yet.
+func newGroup(devices []int, size int, opts GroupOptions) (*Group, error) {
 	if err := acquire(); err != nil {
 		return nil, err
 	}
@@ -96,8 +94,20 @@ func OpenGroup(devices []int, opts GroupOptions) (*Group, error) {
 	if err := checkDevices(devices, n); err != nil {
 		return nil, err
 	}
-	g := &Group{opts: opts.normalize(), size: len(devices), layers: map[*GroupLayer]bool{}}
+	g := &Group{opts: opts.normalize(), size: size, layers: map[*GroupLayer]bool{}}
 	if g.nccl, err = ncclVersion(); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// OpenGroup opens an expert-parallel group over devices (ordinals), all
+// driven by this process: one Backend per device and one NCCL
+// communicator each (ncclCommInitAll). Keep NCCL_NVLS_ENABLE=0 where
+// NVLink multicast must stay off; kimimoe never asks for it.
+func OpenGroup(devices []int, opts GroupOptions) (*Group, error) {
+	g, err := newGroup(devices, len(devices), opts)
+	if err != nil {
 		return nil, err
 	}
 	for r, d := range devices {
@@ -124,21 +134,8 @@ func OpenRank(id UniqueID, rank, size, dev int, opts GroupOptions) (*Group, erro
 	if size < 1 || rank < 0 || rank >= size {
 		return nil, fmt.Errorf("%w: rank %d of %d", ErrGroup, rank, size)
 	}
-	if err := acquire(); err != nil {
-		return nil, err
-	}
-	if err := loadNCCL(); err != nil {
-		return nil, err
-	}
-	n, err := deviceCount()
+	g, err := newGroup([]int{dev}, size, opts)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkDevices([]int{dev}, n); err != nil {
-		return nil, err
-	}
-	g := &Group{opts: opts.normalize(), size: size, layers: map[*GroupLayer]bool{}}
-	if g.nccl, err = ncclVersion(); err != nil {
 		return nil, err
 	}
 	b, err := open(dev)
