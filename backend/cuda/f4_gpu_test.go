@@ -4,7 +4,6 @@ package cuda
 
 import (
 	"errors"
-	"math"
 	"testing"
 
 	"kimimoe/activation"
@@ -96,16 +95,8 @@ func TestF4Path(t *testing.T) {
 		t.Skipf("the wgmma-fp4 path needs sm_90a; this device is %s", b.arch)
 	}
 	s := validation.KimiEP32Rank7(activation.Situ, moe.ChainMXFP8, mxfp.RecipeRCeil)
-	w, err := validation.GenerateWeights(&s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	layer, err := b.Prepare(w, s.LayerSpec())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer layer.Close()
-	l := layer.(*Layer)
+	l, w := prepare(t, b, &s, nil)
+	defer l.Close()
 	if l.f4W31 == 0 {
 		t.Fatalf("no wgmma-fp4 path at the Kimi shape: %s", l.f4WhyNot)
 	}
@@ -122,8 +113,8 @@ func TestF4Path(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		outs := map[bool][]float32{}
-		for _, on := range []bool{true, false} {
+		var outs [2][]float32
+		for i, on := range []bool{true, false} {
 			maxM := 0
 			if on {
 				maxM = f4MaxMDefault
@@ -137,8 +128,8 @@ func TestF4Path(t *testing.T) {
 			if want := map[bool]string{true: "wgmma-fp4", false: "grouped"}[on]; l.PathFor(m) != want {
 				t.Fatalf("M=%d takes the %s path, want %s", m, l.PathFor(m), want)
 			}
-			outs[on] = nanFilledOut(m * w.K)
-			if err := l.Forward(outs[on], &c.Input, nil); err != nil {
+			outs[i] = nanFilledOut(m * w.K)
+			if err := l.Forward(outs[i], &c.Input, nil); err != nil {
 				t.Fatal(err)
 			}
 			prof, err := l.Profile(m)
@@ -149,37 +140,12 @@ func TestF4Path(t *testing.T) {
 				t.Errorf("M=%d fp4=%v: the steps run were %v", m, on, prof)
 			}
 		}
-		same := 0
-		for i := range outs[true] {
-			if math.Float32bits(outs[true][i]) == math.Float32bits(outs[false][i]) {
-				same++
-			}
-		}
-		rows := validation.SampleRows(m, 16, uint64(m))
-		ref := make([]float64, len(rows)*w.K)
-		if err := o.Forward(ref, &c.Input, rows); err != nil {
-			t.Fatal(err)
-		}
-		for _, on := range []bool{true, false} {
-			got := make([]float64, 0, len(ref))
-			for _, r := range rows {
-				got = append(got, validation.Widen(outs[on][r*w.K:(r+1)*w.K])...)
-			}
-			if met := validation.Compare(got, ref); met.Cosine < backend.MinCosine || !(met.NRMSE <= backend.MaxNRMSE) {
-				t.Errorf("M=%d fp4=%v against the oracle: %+v", m, on, met)
-			}
-		}
-		vs := validation.Compare(validation.Widen(outs[true]), validation.Widen(outs[false]))
-		t.Logf("M=%d: wgmma-fp4 and mma.sync bitwise equal in %d of %d values; NRMSE between them %.3g", m, same, len(outs[true]), vs.NRMSE)
+		comparePaths(t, o, &c.Input, w.K, [2]string{"wgmma-fp4", "mma.sync"}, outs)
 	}
 
 	w.W31Scale[0] = f4MaxScale + 1
-	layer2, err := b.Prepare(w, s.LayerSpec())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer layer2.Close()
-	l2 := layer2.(*Layer)
+	l2, _ := prepare(t, b, &s, w)
+	defer l2.Close()
 	if err := l2.SetFP4MaxM(1); !errors.Is(err, backend.ErrUnsupported) || l2.PathFor(128) == "wgmma-fp4" {
 		t.Errorf("a weight scale of 2^2: SetFP4MaxM(1) %v, path %s", err, l2.PathFor(128))
 	}

@@ -25,15 +25,7 @@ func TestLayerLifecycle(t *testing.T) {
 	defer b.Close()
 	s := validation.CaseSpec{Name: "life", M: 1, K: 128, N: 128, ELocal: 4, TopK: 2, Activation: activation.Situ,
 		Chain: moe.ChainMXFP8, Recipe: mxfp.RecipeRCeil, Seed: 1, WeightSeed: 1}
-	w, err := validation.GenerateWeights(&s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	layer, err := b.Prepare(w, s.LayerSpec())
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := layer.(*Layer)
+	l, w := prepare(t, b, &s, nil)
 	// Which path runs: wgmma-fp4 up to f4MaxMDefault tokens where it is
 	// available, else decode up to decodeMaxM tokens and grouped above.
 	small := "decode"
@@ -156,16 +148,8 @@ func TestWGMMAPath(t *testing.T) {
 		t.Skipf("the wgmma path needs sm_90a; this device is %s", b.arch)
 	}
 	s := validation.KimiEP32Rank7(activation.Situ, moe.ChainMXFP8, mxfp.RecipeRCeil)
-	w, err := validation.GenerateWeights(&s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	layer, err := b.Prepare(w, s.LayerSpec())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer layer.Close()
-	l := layer.(*Layer)
+	l, w := prepare(t, b, &s, nil)
+	defer l.Close()
 	if err := l.SetWGMinM(1); err != nil {
 		t.Fatal(err)
 	}
@@ -188,38 +172,17 @@ func TestWGMMAPath(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		outs := map[bool][]float32{}
-		for _, on := range []bool{true, false} {
+		var outs [2][]float32
+		for i, on := range []bool{true, false} {
 			if err := l.SetWGMMA(on); err != nil {
 				t.Fatal(err)
 			}
-			outs[on] = nanFilledOut(m * w.K)
-			if err := l.Forward(outs[on], &c.Input, nil); err != nil {
+			outs[i] = nanFilledOut(m * w.K)
+			if err := l.Forward(outs[i], &c.Input, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
-		same := 0
-		for i := range outs[true] {
-			if math.Float32bits(outs[true][i]) == math.Float32bits(outs[false][i]) {
-				same++
-			}
-		}
-		rows := validation.SampleRows(m, 16, uint64(m))
-		ref := make([]float64, len(rows)*w.K)
-		if err := o.Forward(ref, &c.Input, rows); err != nil {
-			t.Fatal(err)
-		}
-		for _, on := range []bool{true, false} {
-			got := make([]float64, 0, len(ref))
-			for _, r := range rows {
-				got = append(got, validation.Widen(outs[on][r*w.K:(r+1)*w.K])...)
-			}
-			if met := validation.Compare(got, ref); met.Cosine < backend.MinCosine || !(met.NRMSE <= backend.MaxNRMSE) {
-				t.Errorf("M=%d wgmma=%v against the oracle: %+v", m, on, met)
-			}
-		}
-		vs := validation.Compare(validation.Widen(outs[true]), validation.Widen(outs[false]))
-		t.Logf("M=%d: wgmma and mma.sync bitwise equal in %d of %d values; wgmma against mma.sync: NRMSE %.3g", m, same, len(outs[true]), vs.NRMSE)
+		comparePaths(t, o, &c.Input, w.K, [2]string{"wgmma", "mma.sync"}, outs)
 	}
 
 	// Off, the grouped forwards take the mma.sync GEMMs; a shape that is
@@ -228,18 +191,57 @@ func TestWGMMAPath(t *testing.T) {
 		t.Errorf("SetWGMMA(false): %v, path %s", err, l.PathFor(128))
 	}
 	s.K, s.N, s.ELocal, s.TopK, s.LocalSlots, s.EP = 160, 96, 4, 2, 0, moe.EP{}
-	w2, err := validation.GenerateWeights(&s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	layer2, err := b.Prepare(w2, s.LayerSpec())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer layer2.Close()
-	if err := layer2.(*Layer).SetWGMMA(true); !errors.Is(err, backend.ErrUnsupported) {
+	l2, _ := prepare(t, b, &s, nil)
+	defer l2.Close()
+	if err := l2.SetWGMMA(true); !errors.Is(err, backend.ErrUnsupported) {
 		t.Errorf("SetWGMMA(true) at K=160, N=96: %v", err)
 	}
+}
+
+// prepare prepares w (generated for s if nil) on b for s's layer.
+func prepare(t *testing.T, b *Backend, s *validation.CaseSpec, w *moe.Weights) (*Layer, *moe.Weights) {
+	t.Helper()
+	if w == nil {
+		var err error
+		if w, err = validation.GenerateWeights(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	layer, err := b.Prepare(w, s.LayerSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return layer.(*Layer), w
+}
+
+// comparePaths checks two paths' outputs of one input (k columns a row)
+// against the oracle on 16 sampled rows, and logs how many values the two
+// share bitwise and their NRMSE against each other.
+func comparePaths(t *testing.T, o *moe.Oracle, in *moe.Input, k int, names [2]string, outs [2][]float32) {
+	t.Helper()
+	m := in.M
+	same := 0
+	for i := range outs[0] {
+		if math.Float32bits(outs[0][i]) == math.Float32bits(outs[1][i]) {
+			same++
+		}
+	}
+	rows := validation.SampleRows(m, 16, uint64(m))
+	ref := make([]float64, len(rows)*k)
+	if err := o.Forward(ref, in, rows); err != nil {
+		t.Fatal(err)
+	}
+	for i, out := range outs {
+		got := make([]float64, 0, len(ref))
+		for _, r := range rows {
+			got = append(got, validation.Widen(out[r*k:(r+1)*k])...)
+		}
+		if met := validation.Compare(got, ref); met.Cosine < backend.MinCosine || !(met.NRMSE <= backend.MaxNRMSE) {
+			t.Errorf("M=%d %s against the oracle: %+v", m, names[i], met)
+		}
+	}
+	vs := validation.Compare(validation.Widen(outs[0]), validation.Widen(outs[1]))
+	t.Logf("M=%d: %s and %s bitwise equal in %d of %d values; NRMSE between them %.3g", m, names[0], names[1], same, len(outs[0]), vs.NRMSE)
 }
 
 func nanFilledOut(n int) []float32 {
