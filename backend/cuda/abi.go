@@ -419,22 +419,23 @@ var (
 	kDecPrologue  = spec[decodePrologueArgs]("kmoe_decode_prologue")
 	kTestWiden4   = spec[testWiden4Args]("kmoe_test_widen4")
 	kXBF16        = spec[xBF16Args]("kmoe_x_bf16")
-	kWGGemm1      = map[int]kernelSpec{128: spec[wgGemm1Args]("kmoe_wg_gemm1_act_n128"), 256: spec[wgGemm1Args]("kmoe_wg_gemm1_act_n256")}
-	kWGGemm2      = map[int]kernelSpec{128: spec[wgGemm2Args]("kmoe_wg_gemm2_n128"), 256: spec[wgGemm2Args]("kmoe_wg_gemm2_n256")}
+	kWGGemm1      = instances[wgGemm1Args]("kmoe_wg_gemm1_act_n", wgRows)
+	kWGGemm2      = instances[wgGemm2Args]("kmoe_wg_gemm2_n", wgRows)
 	kGatherRows   = spec[gatherRowsArgs]("kmoe_gather_rows")
 	kAddRows      = spec[addRowsArgs]("kmoe_add_rows")
-	kF4Gemm1      = f4Specs[f4Gemm1Args]("kmoe_f4_gemm1_act_t")
-	kF4Gemm2      = f4Specs[f4Gemm2Args]("kmoe_f4_gemm2_t")
+	kF4Gemm1      = instances[f4Gemm1Args]("kmoe_f4_gemm1_act_t", f4Tiles)
+	kF4Gemm2      = instances[f4Gemm2Args]("kmoe_f4_gemm2_t", f4Tiles)
 	kTestF4Widen  = spec[testF4WidenArgs]("kmoe_test_f4_widen")
-	kDecGemm1     = map[int]kernelSpec{1: spec[decodeGemm1Args]("kmoe_decode_gemm1_n1"), 2: spec[decodeGemm1Args]("kmoe_decode_gemm1_n2"), 4: spec[decodeGemm1Args]("kmoe_decode_gemm1_n4")}
-	kDecGemm2     = map[int]kernelSpec{1: spec[decodeGemm2Args]("kmoe_decode_gemm2_n1"), 2: spec[decodeGemm2Args]("kmoe_decode_gemm2_n2"), 4: spec[decodeGemm2Args]("kmoe_decode_gemm2_n4")}
+	kDecGemm1     = instances[decodeGemm1Args]("kmoe_decode_gemm1_n", decodeSubtiles)
+	kDecGemm2     = instances[decodeGemm2Args]("kmoe_decode_gemm2_n", decodeSubtiles)
 )
 
-// f4Specs names the wgmma-fp4 instances prefix + NT, by NT.
-func f4Specs[A any](prefix string) map[int]kernelSpec {
+// instances names a templated kernel's entry points, prefix + value, by
+// value.
+func instances[A any](prefix string, values []int) map[int]kernelSpec {
 	m := map[int]kernelSpec{}
-	for _, nt := range f4Tiles {
-		m[nt] = spec[A](fmt.Sprintf("%s%d", prefix, nt))
+	for _, v := range values {
+		m[v] = spec[A](fmt.Sprintf("%s%d", prefix, v))
 	}
 	return m
 }
@@ -443,14 +444,16 @@ func f4Specs[A any](prefix string) map[int]kernelSpec {
 // 8 per pass.
 var decodeSubtiles = []int{1, 2, 4}
 
-var kernelSpecs = []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize,
-	kDecPrologue, kDecGemm1[1], kDecGemm1[2], kDecGemm1[4], kDecGemm2[1], kDecGemm2[2], kDecGemm2[4], kTestWiden4, kXBF16, kWGGemm1[128], kWGGemm1[256], kWGGemm2[128], kWGGemm2[256], kGatherRows, kAddRows, kTestF4Widen}
-
-func init() {
-	for _, nt := range f4Tiles {
-		kernelSpecs = append(kernelSpecs, kF4Gemm1[nt], kF4Gemm2[nt])
+var kernelSpecs = func() []kernelSpec {
+	all := []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize,
+		kDecPrologue, kTestWiden4, kXBF16, kGatherRows, kAddRows, kTestF4Widen}
+	for _, m := range []map[int]kernelSpec{kDecGemm1, kDecGemm2, kWGGemm1, kWGGemm2, kF4Gemm1, kF4Gemm2} {
+		for _, k := range m {
+			all = append(all, k)
+		}
 	}
-}
+	return all
+}()
 
 // cName is a struct's C name: quantizeXArgs -> QuantizeXArgs.
 func cName(t reflect.Type) string {

@@ -203,6 +203,23 @@ func bind[A any](m cuModule, spec kernelSpec) (kernel[A], error) {
 	return kernel[A]{f}, err
 }
 
+// bindAll binds the instances of one kernel (specs, by their template
+// value) and, with smem, lets each use smem(value) bytes of dynamic shared
+// memory.
+func bindAll[A any](m cuModule, specs map[int]kernelSpec, smem func(int) int) (map[int]kernel[A], error) {
+	out := map[int]kernel[A]{}
+	var errs []error
+	for v, spec := range specs {
+		k, err := bind[A](m, spec)
+		if err == nil && smem != nil {
+			err = cuFuncSetMaxDynamicSmem(k.fn, smem(v))
+		}
+		errs = append(errs, err)
+		out[v] = k
+	}
+	return out, errors.Join(errs...)
+}
+
 // kernels are the module's entry points, typed.
 type kernels struct {
 	quantizeX    kernel[quantizeXArgs]
@@ -245,44 +262,24 @@ func loadKernels(m cuModule) (*kernels, error) {
 	add(err)
 	k.decPrologue, err = bind[decodePrologueArgs](m, kDecPrologue)
 	add(err)
-	k.decGemm1, k.decGemm2 = map[int]kernel[decodeGemm1Args]{}, map[int]kernel[decodeGemm2Args]{}
-	for _, ns := range decodeSubtiles {
-		g1, err := bind[decodeGemm1Args](m, kDecGemm1[ns])
-		add(err)
-		g2, err := bind[decodeGemm2Args](m, kDecGemm2[ns])
-		add(err)
-		k.decGemm1[ns], k.decGemm2[ns] = g1, g2
-	}
+	k.decGemm1, err = bindAll[decodeGemm1Args](m, kDecGemm1, nil)
+	add(err)
+	k.decGemm2, err = bindAll[decodeGemm2Args](m, kDecGemm2, nil)
+	add(err)
 	k.gatherRows, err = bind[gatherRowsArgs](m, kGatherRows)
 	add(err)
 	k.addRows, err = bind[addRowsArgs](m, kAddRows)
 	add(err)
 	k.xBF16, err = bind[xBF16Args](m, kXBF16)
 	add(err)
-	k.wgGemm1, k.wgGemm2 = map[int]kernel[wgGemm1Args]{}, map[int]kernel[wgGemm2Args]{}
-	for _, bn := range wgRows {
-		g1, err1 := bind[wgGemm1Args](m, kWGGemm1[bn])
-		g2, err2 := bind[wgGemm2Args](m, kWGGemm2[bn])
-		add(err1)
-		add(err2)
-		if err1 == nil && err2 == nil {
-			add(cuFuncSetMaxDynamicSmem(g1.fn, wgSmem(bn)))
-			add(cuFuncSetMaxDynamicSmem(g2.fn, wgSmem(bn)))
-		}
-		k.wgGemm1[bn], k.wgGemm2[bn] = g1, g2
-	}
-	k.f4Gemm1, k.f4Gemm2 = map[int]kernel[f4Gemm1Args]{}, map[int]kernel[f4Gemm2Args]{}
-	for _, nt := range f4Tiles {
-		g1, err1 := bind[f4Gemm1Args](m, kF4Gemm1[nt])
-		g2, err2 := bind[f4Gemm2Args](m, kF4Gemm2[nt])
-		add(err1)
-		add(err2)
-		if err1 == nil && err2 == nil {
-			add(cuFuncSetMaxDynamicSmem(g1.fn, f4Smem(nt)))
-			add(cuFuncSetMaxDynamicSmem(g2.fn, f4Smem(nt)))
-		}
-		k.f4Gemm1[nt], k.f4Gemm2[nt] = g1, g2
-	}
+	k.wgGemm1, err = bindAll[wgGemm1Args](m, kWGGemm1, wgSmem)
+	add(err)
+	k.wgGemm2, err = bindAll[wgGemm2Args](m, kWGGemm2, wgSmem)
+	add(err)
+	k.f4Gemm1, err = bindAll[f4Gemm1Args](m, kF4Gemm1, f4Smem)
+	add(err)
+	k.f4Gemm2, err = bindAll[f4Gemm2Args](m, kF4Gemm2, f4Smem)
+	add(err)
 	return k, errors.Join(errs...)
 }
 
