@@ -86,6 +86,17 @@ __device__ __forceinline__ u32 block_scale_e4m3(u32 amax, bool nan, int recipe) 
     return (u32)(x + 127);
 }
 
+// v's E4M3 code in a block of scale sc (X + 127): 0x7F (NaN) for a NaN
+// scale (floor's non-finite blocks); for a finite scale v / 2^X rounded to
+// nearest even and saturated at 448, with a NaN v (rceil) as +448 (0x7E).
+__device__ __forceinline__ u32 e4m3_code(float v, u32 sc) {
+    if (sc == 0xFFu) return 0x7Fu;
+    float scaled = __fmul_rn(v, e8m0_inverse(sc));
+    u32 su = __float_as_uint(scaled), sa = su & 0x7FFFFFFFu;
+    if (sa > 0x7F800000u) return 0x7Eu;
+    return e4m3_abs(sa) | ((su >> 24) & 0x80u);
+}
+
 // Quantize one 32-block held one element per lane of a warp: returns this
 // lane's code; lane 0's *scale_out gets the scale. NaN rules as mxfp: floor
 // -> 0xFF and 0x7F codes; rceil -> NaN skipped, encoded +448.
@@ -101,12 +112,7 @@ __device__ __forceinline__ u32 warp_quantize_e4m3(float v, int recipe, u32* scal
     }
     u32 s = block_scale_e4m3(amax, anynan != 0u, recipe);
     *scale_out = s;
-    if (s == 0xFFu) return 0x7Fu;
-    float scaled = __fmul_rn(v, e8m0_inverse(s));
-    u32 su = __float_as_uint(scaled);
-    u32 sa = su & 0x7FFFFFFFu;
-    if (sa > 0x7F800000u) return 0x7Eu; // rceil NaN
-    return e4m3_abs(sa) | ((su >> 24) & 0x80u);
+    return e4m3_code(v, s);
 }
 
 __device__ __forceinline__ float round_bf16(float x) {
@@ -518,6 +524,11 @@ __device__ __forceinline__ u32 bf16_bits(float v) {
     return v != v ? 0x7FC0u : (__float_as_uint(v) >> 16);
 }
 
+// The BF16 bits of the MXFP8 value code x sf (sf the block's scale as a
+// float): exact below 2^128, an infinity from there (xPastBF16 in Go keeps
+// such x off the BF16 paths).
+__device__ __forceinline__ u32 mxfp8_bf16(u32 code, float sf) { return bf16_bits(__fmul_rn(e4m3_to_float(code), sf)); }
+
 // The GEMM1 epilogue of both paths: the activation in registers, then
 // MXFP8 requantization of each 32-feature block, which four warps (warps
 // bw0 .. bw0+3 of the CTA, 8 features each) share through s_amax. acc[s]
@@ -570,16 +581,10 @@ __device__ __forceinline__ void act_requant_store(const float (&acc)[NS][4], int
                 else amax = umax(amax, m);
             }
             u32 sc = block_scale_e4m3(amax, anynan, rcp);
-            u32 code;
-            if (sc == 0xFFu) code = 0x7Fu;
-            else {
-                float scaled = __fmul_rn(v[s][h], e8m0_inverse(sc));
-                u32 su = __float_as_uint(scaled), sa = su & 0x7FFFFFFFu;
-                code = sa > 0x7F800000u ? 0x7Eu : (e4m3_abs(sa) | ((su >> 24) & 0x80u));
-            }
+            u32 code = e4m3_code(v[s][h], sc);
             u64 row = (u64)(row0 + tok);
             if (aqbf) {
-                *(u16*)&aqbf[(row * ldn + fw + g) * 2] = (u16)bf16_bits(__fmul_rn(e4m3_to_float(code), e8m0_to_float(sc)));
+                *(u16*)&aqbf[(row * ldn + fw + g) * 2] = (u16)mxfp8_bf16(code, e8m0_to_float(sc));
                 continue;
             }
             aq[row * ldn + (permuted ? dec_bpos(fw + g) : fw + g)] = (u8)code;
@@ -732,7 +737,7 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_x_bf16(const XBF
         c = a.codes[i];
         s = a.scales[warp];
     }
-    a.out[i] = (u16)bf16_bits(__fmul_rn(e4m3_to_float(c), e8m0_to_float(s)));
+    a.out[i] = (u16)mxfp8_bf16(c, e8m0_to_float(s));
 }
 
 #if defined(WG_ENABLED)
@@ -898,16 +903,7 @@ __device__ __forceinline__ void wg_gemm1_act(const WgGemm1Args& a) {
             for (int jj = 0; jj < 4; jj++) {
                 u32 pair = 0;
 #pragma unroll
-                for (int b = 0; b < 2; b++) {
-                    u32 code;
-                    if (sc == 0xFFu) code = 0x7Fu;
-                    else {
-                        float scaled = __fmul_rn(v[2 * jj + b], e8m0_inverse(sc));
-                        u32 su = __float_as_uint(scaled), sa = su & 0x7FFFFFFFu;
-                        code = sa > 0x7F800000u ? 0x7Eu : (e4m3_abs(sa) | ((su >> 24) & 0x80u));
-                    }
-                    pair |= bf16_bits(__fmul_rn(e4m3_to_float(code), sf)) << (16 * b);
-                }
+                for (int b = 0; b < 2; b++) pair |= mxfp8_bf16(e4m3_code(v[2 * jj + b], sc), sf) << (16 * b);
                 int col = 8 * (4 * bk + jj) + 2 * t;
                 *(u32*)&a.aqbf[(row * N + f0 + col) * 2] = pair;
             }
