@@ -282,6 +282,34 @@ type xBF16Args struct {
 	Pad     int32 `cname:"unused"`
 }
 
+// routeXBF16Args: the BF16 paths' one-launch prologue for at most
+// abiRouteCTAMax entries (route in one CTA, x as BF16 in the others).
+type routeXBF16Args struct {
+	X        devptr `c:"const float*"`
+	Codes    devptr `c:"const u8*"`
+	Scales   devptr `c:"const u8*"`
+	IDs      devptr `c:"const int*" cname:"ids"`
+	Out      devptr `c:"u16*"`
+	Pos      devptr `c:"int*"`
+	Perm     devptr `c:"int*"`
+	Offset   devptr `c:"int*"`
+	TileBase devptr `c:"int*"`
+	NBlocks  int32
+	NEntries int32
+	Rank     int32
+	ELocal   int32
+	TT       int32
+	Recipe   int32
+	Form     int32
+	Pad      int32 `cname:"unused"`
+}
+
+// abiRouteCTAMax is the most entries (tokens x top-k) the one-CTA routing
+// of kmoe_route_x_bf16 takes; above it the routing runs one CTA an expert
+// (kmoe_route_count, kmoe_route_scatter). Its one warp scatters 32 entries
+// a step, so 1024 entries are 32 short steps.
+const abiRouteCTAMax = 1024
+
 type wgGemm1Args struct {
 	XBF      devptr `c:"const u8*" cname:"xbf"`
 	W        devptr `c:"const u8*"`
@@ -419,6 +447,7 @@ var (
 	kDecPrologue  = spec[decodePrologueArgs]("kmoe_decode_prologue")
 	kTestWiden4   = spec[testWiden4Args]("kmoe_test_widen4")
 	kXBF16        = spec[xBF16Args]("kmoe_x_bf16")
+	kRouteXBF16   = spec[routeXBF16Args]("kmoe_route_x_bf16")
 	kWGGemm1      = instances[wgGemm1Args]("kmoe_wg_gemm1_act_n", wgRows)
 	kWGGemm2      = instances[wgGemm2Args]("kmoe_wg_gemm2_n", wgRows)
 	kGatherRows   = spec[gatherRowsArgs]("kmoe_gather_rows")
@@ -446,7 +475,7 @@ var decodeSubtiles = []int{1, 2, 4}
 
 var kernelSpecs = func() []kernelSpec {
 	all := []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize,
-		kDecPrologue, kTestWiden4, kXBF16, kGatherRows, kAddRows, kTestF4Widen}
+		kDecPrologue, kTestWiden4, kXBF16, kRouteXBF16, kGatherRows, kAddRows, kTestF4Widen}
 	for _, m := range []map[int]kernelSpec{kDecGemm1, kDecGemm2, kWGGemm1, kWGGemm2, kF4Gemm1, kF4Gemm2} {
 		for _, k := range m {
 			all = append(all, k)
@@ -551,7 +580,7 @@ func abiHeader() string {
 		fmt.Fprintf(&b, "#define KMOE_ACT_%s %d\n", strings.ToUpper(k.String()), activationCode(k))
 	}
 	for _, t := range []reflect.Type{kQuantizeX.args, kRouteCount.args, kRouteScatter.args, kGemm1Small.args, kGemm2Small.args, kFinalize.args,
-		kDecPrologue.args, kDecGemm1[1].args, kDecGemm2[1].args, kTestWiden4.args, kXBF16.args, kWGGemm1[128].args, kWGGemm2[128].args, kGatherRows.args, kAddRows.args,
+		kDecPrologue.args, kDecGemm1[1].args, kDecGemm2[1].args, kTestWiden4.args, kXBF16.args, kRouteXBF16.args, kWGGemm1[128].args, kWGGemm2[128].args, kGatherRows.args, kAddRows.args,
 		kF4Gemm1[8].args, kF4Gemm2[8].args, kTestF4Widen.args} {
 		b.WriteString(cStruct(t))
 	}

@@ -13,17 +13,23 @@ import (
 	"kimimoe/validation"
 )
 
-// The kernels' MXFP4 -> BF16 widening (f4_widen), for every scale it
-// takes (0 .. f4MaxScale) and every code in every register and half of a
-// word, against wgBF16Table (E2M1 x 2^(s-127) as BF16, checked
-// exhaustively against float64 by TestWGBF16TableExhaustive): bitwise,
-// so signed zeros and the subnormals at scales 0 and 1 count.
+// The kernels' MXFP4 -> BF16 widening (f4_widen, with the multipliers
+// from the scale word by f4_mults), for every scale it takes (0 ..
+// f4MaxScale) and every code in every register and half of a word,
+// against wgBF16Table (E2M1 x 2^(s-127) as BF16, checked exhaustively
+// against float64 by TestWGBF16TableExhaustive): bitwise, so signed zeros
+// and the subnormals at scales 0 and 1 count. The two rows of a word get
+// different scales and the other block's scale bytes are 0xFF, so a
+// multiplier taken from the wrong row, block or half shows.
 func TestF4WidenExhaustive(t *testing.T) {
 	bk := openOrSkip(t)
 	b := bk.(*Backend)
 	defer b.Close()
 	// Word i of scale s: register j, half h holds code (i + 3j + 7h) % 16,
-	// so over i = 0..15 every code meets every field.
+	// so over i = 0..15 every code meets every field. Row r0 (registers 0
+	// and 2) has scale s, row r1 (1 and 3) r1Scale(s), in block i & 1 of the
+	// scale word [r0 block 0, r0 block 1, r1 block 0, r1 block 1].
+	r1Scale := func(s int) int { return (7*s + 61) % (f4MaxScale + 1) } // a permutation: gcd(7, 129) = 1
 	var in, sc []uint32
 	for s := range f4MaxScale + 1 {
 		for i := range 16 {
@@ -33,7 +39,9 @@ func TestF4WidenExhaustive(t *testing.T) {
 					word |= f4Bits(uint8((i+3*j+7*h)%16), j, h)
 				}
 			}
-			in, sc = append(in, word), append(sc, uint32(s+126))
+			bytes := [4]uint32{0xFF, 0xFF, 0xFF, 0xFF}
+			bytes[i&1], bytes[2+i&1] = uint32(s+126), uint32(r1Scale(s)+126)
+			in, sc = append(in, word), append(sc, bytes[0]|bytes[1]<<8|bytes[2]<<16|bytes[3]<<24)
 		}
 	}
 	out := make([]uint32, 4*len(in))
@@ -73,9 +81,13 @@ func TestF4WidenExhaustive(t *testing.T) {
 			for h := range 2 {
 				c := (i + 3*j + 7*h) % 16
 				got := uint16(out[4*n+j] >> (16 * h))
-				if want := wgBF16Table[s][c]; got != want {
-					t.Fatalf("scale %d code %#x register %d half %d: BF16 %#04x (%g), want %#04x (%g)",
-						s, c, j, h, got, bf16Float(got), want, bf16Float(want))
+				rs := s
+				if j&1 == 1 {
+					rs = r1Scale(s)
+				}
+				if want := wgBF16Table[rs][c]; got != want {
+					t.Fatalf("word %d: scale %d code %#x register %d half %d: BF16 %#04x (%g), want %#04x (%g)",
+						n, rs, c, j, h, got, bf16Float(got), want, bf16Float(want))
 				}
 			}
 		}
@@ -136,7 +148,9 @@ func TestF4Path(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, ran := prof["x_bf16"]; ran != on {
+			_, apart := prof["x_bf16"]
+			_, fused := prof["route_x_bf16"] // the one-launch prologue, up to abiRouteCTAMax entries
+			if ran := apart || fused; ran != on || fused != (on && m*s.TopK <= abiRouteCTAMax) {
 				t.Errorf("M=%d fp4=%v: the steps run were %v", m, on, prof)
 			}
 		}

@@ -234,6 +234,7 @@ type kernels struct {
 	gatherRows   kernel[gatherRowsArgs]
 	addRows      kernel[addRowsArgs]
 	xBF16        kernel[xBF16Args]
+	routeXBF16   kernel[routeXBF16Args]
 	wgGemm1      map[int]kernel[wgGemm1Args] // by weight rows per tile
 	wgGemm2      map[int]kernel[wgGemm2Args]
 	f4Gemm1      map[int]kernel[f4Gemm1Args] // by token tile
@@ -271,6 +272,8 @@ func loadKernels(m cuModule) (*kernels, error) {
 	k.addRows, err = bind[addRowsArgs](m, kAddRows)
 	add(err)
 	k.xBF16, err = bind[xBF16Args](m, kXBF16)
+	add(err)
+	k.routeXBF16, err = bind[routeXBF16Args](m, kRouteXBF16)
 	add(err)
 	k.wgGemm1, err = bindAll[wgGemm1Args](m, kWGGemm1, wgSmem)
 	add(err)
@@ -906,6 +909,14 @@ func (l *Layer) enqueueProfiled(ws *workspace, events []cuEvent) error {
 
 func i32(v int) int32 { return int32(v) }
 
+// abiForm is the kernels' code for the form of x uploaded into ws.
+func (ws *workspace) abiForm() int32 {
+	if ws.form == formFloat {
+		return abiFormFloat
+	}
+	return abiFormQuantized
+}
+
 // decodeSteps are the decode path: prologue (quantize or copy x, route),
 // GEMM1 with the activation, GEMM2, finalize.
 func (l *Layer) decodeSteps(ws *workspace) []step {
@@ -913,10 +924,7 @@ func (l *Layer) decodeSteps(ws *workspace) []step {
 	m, topk, entries := ws.m, ws.topk, ws.m*ws.topk
 	kp, np := padTo(w.K), padTo(w.N)
 	maxExperts := min(w.E, entries)
-	form := abiFormQuantized
-	if ws.form == formFloat {
-		form = abiFormFloat
-	}
+	form := ws.abiForm()
 	quantCTAs := min((m*kp/32+7)/8, 264)
 	// Token subtiles per pass: an expert has at most m tokens.
 	ns := 4
@@ -956,7 +964,7 @@ func (l *Layer) decodeSteps(ws *workspace) []step {
 func (l *Layer) groupedSteps(ws *workspace) []step {
 	w, k, s := l.w, l.b.k, l.b.stream
 	m, topk, entries := ws.m, ws.topk, ws.m*ws.topk
-	recipe := recipeCode(l.spec.Recipe)
+	recipe, form := recipeCode(l.spec.Recipe), ws.abiForm()
 	tt := tileTokens(m)
 	path := l.PathFor(m)
 	if ws.wide { // x past BF16's range: the mma.sync GEMMs (xPastBF16)
@@ -994,10 +1002,6 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 	}}
 	bn := l.wgRows
 	if wg || f4 {
-		form := abiFormQuantized
-		if ws.form == formFloat {
-			form = abiFormFloat
-		}
 		xstep = step{"x_bf16", func() error {
 			return k.xBF16.launch([3]int{(nblocks*32 + abiThreads - 1) / abiThreads, 1, 1}, s,
 				&xBF16Args{X: ws.x, Codes: ws.xq, Scales: ws.xs, Out: ws.xbf, NBlocks: i32(nblocks), Recipe: recipe, Form: form})
@@ -1029,6 +1033,24 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 					N: i32(w.N), K: i32(w.K), ELocal: i32(w.E)})
 		}
 	}
+	finalize := step{"finalize", func() error {
+		return k.finalize.launch([3]int{m, (w.K + abiFinalizeCols - 1) / abiFinalizeCols, 1}, s,
+			&finalizeArgs{Y: ws.y, Pos: ws.pos, Wts: ws.wts, Out: ws.out, TopK: i32(topk), K: i32(w.K)})
+	}}
+	if (wg || f4) && entries <= abiRouteCTAMax {
+		xCTAs := min((nblocks+abiThreads/32-1)/(abiThreads/32), 2*l.b.sms)
+		return []step{
+			{"route_x_bf16", func() error {
+				return k.routeXBF16.launchWith([3]int{1 + xCTAs, 1, 1}, abiThreads, 4*(w.E+1), s,
+					&routeXBF16Args{X: ws.x, Codes: ws.xq, Scales: ws.xs, IDs: ws.ids, Out: ws.xbf, Pos: ws.pos, Perm: ws.perm,
+						Offset: ws.offset, TileBase: ws.tileBase, NBlocks: i32(nblocks), NEntries: i32(entries), Rank: i32(l.epRank),
+						ELocal: i32(w.E), TT: i32(tt), Recipe: recipe, Form: form})
+			}},
+			{"gemm1_act", gemm1},
+			{"gemm2", gemm2},
+			finalize,
+		}
+	}
 	return []step{
 		{"memset", func() error { return cuMemsetD32(ws.pos, 0xFFFFFFFF, entries, s) }},
 		xstep,
@@ -1043,10 +1065,7 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 		}},
 		{"gemm1_act", gemm1},
 		{"gemm2", gemm2},
-		{"finalize", func() error {
-			return k.finalize.launch([3]int{m, (w.K + abiFinalizeCols - 1) / abiFinalizeCols, 1}, s,
-				&finalizeArgs{Y: ws.y, Pos: ws.pos, Wts: ws.wts, Out: ws.out, TopK: i32(topk), K: i32(w.K)})
-		}},
+		finalize,
 	}
 }
 

@@ -324,6 +324,60 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_scatter(co
     }
 }
 
+// Routing in one CTA, for few entries (the decode prologue, and the BF16
+// paths' up to abiRouteCTAMax entries): counts in shared memory
+// (s_counts[elocal + 1]), offsets (the exclusive scan, offset[elocal] the
+// total) and, where not null, the touched experts (touched[elocal] =
+// their number) and the token tiles (tile_base[e] = sum over e' < e of
+// ceil(count / tt), tile_base[elocal] the total: kmoe_route_scatter's);
+// then the stable scatter in entry order, one warp, 32 entries a step:
+// pos[i] = the row of entry i (-1: not local), perm[row] = i.
+__device__ void route_cta(const int* __restrict__ ids, int n, int rank, int elocal, int* s_counts, int* pos, int* perm,
+                          int* offset, int* touched, int* tile_base, int tt) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int e = threadIdx.x; e <= elocal; e += blockDim.x) s_counts[e] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        int e = local_expert(ids[i], rank, elocal);
+        if (e >= 0) atomicAdd(&s_counts[e], 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) { // offsets (exclusive scan), the touched list, the tiles
+        int off = 0, nt = 0, tb = 0;
+        for (int e = 0; e < elocal; e++) {
+            int c = s_counts[e];
+            offset[e] = off;
+            if (touched && c > 0) touched[nt++] = e;
+            if (tile_base) {
+                tile_base[e] = tb;
+                tb += (c + tt - 1) / tt;
+            }
+            s_counts[e] = off; // from here on: the next free row of e
+            off += c;
+        }
+        offset[elocal] = off;
+        if (touched) touched[elocal] = nt;
+        if (tile_base) tile_base[elocal] = tb;
+    }
+    __syncthreads();
+    if (warp == 0) { // stable scatter in entry order, 32 entries a step
+        for (int base = 0; base < n; base += 32) {
+            int i = base + lane;
+            int e = i < n ? local_expert(ids[i], rank, elocal) : -1;
+            u32 peers = __match_any_sync(0xFFFFFFFFu, e);
+            int before = __popc(peers & ((1u << lane) - 1u));
+            int row = e >= 0 ? s_counts[e] + before : -1;
+            __syncwarp();
+            if (e >= 0 && before == __popc(peers) - 1) s_counts[e] += __popc(peers);
+            __syncwarp();
+            if (i < n) {
+                pos[i] = row;
+                if (row >= 0) perm[row] = i;
+            }
+        }
+    }
+}
+
 // Find the expert of token tile j: tile_base[e] <= j < tile_base[e+1].
 __device__ __forceinline__ int tile_expert(const int* tile_base, int elocal, int j) {
     int lo = 0, hi = elocal - 1;
@@ -722,22 +776,44 @@ static_assert(sizeof(WgSmem<128>) == KMOE_WG_SMEM_128 && sizeof(WgSmem<256>) == 
 __device__ __noinline__ float gated_act_call(int kind, const float* p, float g, float u) { return gated_act(kind, p, g, u); }
 
 // x as BF16: the MXFP8 values of x (quantized here from float32 with the
-// recipe, as kmoe_quantize_x does, or given as codes and scales). One warp
-// per 32-block.
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_x_bf16(const XBF16Args a) {
-    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    int lane = threadIdx.x & 31;
-    if (warp >= a.n_blocks) return;
-    u64 i = (u64)warp * BLOCK + lane;
+// recipe, as kmoe_quantize_x does, or given as codes and scales), 32-block
+// b by one warp (lane: its lane).
+__device__ __forceinline__ void x_bf16_block(const float* __restrict__ x, const u8* __restrict__ codes,
+                                             const u8* __restrict__ scales, u16* __restrict__ out, int form, int recipe,
+                                             int b, int lane) {
+    u64 i = (u64)b * BLOCK + lane;
     u32 c, s;
-    if (a.form == KMOE_FORM_FLOAT) {
-        c = warp_quantize_e4m3(a.x[i], a.recipe, &s);
+    if (form == KMOE_FORM_FLOAT) {
+        c = warp_quantize_e4m3(x[i], recipe, &s);
         s = __shfl_sync(0xFFFFFFFFu, s, 0);
     } else {
-        c = a.codes[i];
-        s = a.scales[warp];
+        c = codes[i];
+        s = scales[b];
     }
-    a.out[i] = (u16)mxfp8_bf16(c, e8m0_to_float(s));
+    out[i] = (u16)mxfp8_bf16(c, e8m0_to_float(s));
+}
+
+// One warp per 32-block.
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_x_bf16(const XBF16Args a) {
+    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (warp >= a.n_blocks) return;
+    x_bf16_block(a.x, a.codes, a.scales, a.out, a.form, a.recipe, warp, threadIdx.x & 31);
+}
+
+// The BF16 paths' prologue for few entries: one launch instead of four
+// (memset, x_bf16, route_count, route_scatter; in a graph each costs a
+// launch gap). CTA 0 routes (route_cta, token tiles of tt), the others
+// write x as BF16, a warp a 32-block. Dynamic shared memory: 4 (e_local
+// + 1) bytes.
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_x_bf16(const RouteXBF16Args a) {
+    extern __shared__ int s_counts[]; // [e_local + 1]
+    if (blockIdx.x == 0) {
+        route_cta(a.ids, a.n_entries, a.rank, a.e_local, s_counts, a.pos, a.perm, a.offset, nullptr, a.tile_base, a.tt);
+        return;
+    }
+    int nwarps = (gridDim.x - 1) * (blockDim.x >> 5);
+    for (int b = (blockIdx.x - 1) * (blockDim.x >> 5) + (threadIdx.x >> 5); b < a.n_blocks; b += nwarps)
+        x_bf16_block(a.x, a.codes, a.scales, a.out, a.form, a.recipe, b, threadIdx.x & 31);
 }
 
 #if defined(WG_ENABLED)
@@ -964,7 +1040,7 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_wg_gemm2_n256
 // grouped GEMM1; GEMM2: 64 output rows), and NT tokens of one expert,
 // staged as BF16 rows in f4_stages<NT>() cp.async stages of 128 k (a
 // step: two layout chunks) shared by both warpgroups. The weights of step
-// c + F4_AHEAD are loaded while step c is widened and multiplied; a
+// c + F4_AHEAD are loaded as step c's are widened, chunk by chunk; a
 // warpgroup's wgmmas on a chunk are waited for before it widens the next
 // (the other warpgroups of the SM overlap them). One barrier a step (128 k
 // of 64 rows: 64 weights a thread, measured to be worth it against one a
@@ -976,40 +1052,58 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_wg_gemm2_n256
 #define F4_CHUNK_SCALES KMOE_F4_CHUNK_SCALES
 static_assert(F4_CHUNK_BYTES == 128 * 16 && F4_CHUNK_SCALES == 128 * 4, "16 payload and 4 scale bytes a thread a chunk");
 
-// a * b in BF16, both halves (round to nearest; exact here: b is a power
-// of two and the product a BF16 value). fma with -0 leaves a product's
-// sign of zero as it is.
-__device__ __forceinline__ u32 bf16x2_mul(u32 a, u32 b) {
+// a * (the BF16 in half H of m, in both halves), round to nearest: exact
+// here (the multiplier is a power of two and the product a BF16 value).
+// fma with -0 leaves a product's sign of zero as it is. The half is
+// broadcast with a mov that ptxas folds into the HFMA2's operand (.H0_H0,
+// .H1_H1), so one word carries the multipliers of two rows.
+template <int H>
+__device__ __forceinline__ u32 bf16x2_mul_half(u32 a, u32 m) {
     u32 d;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+    if constexpr (H == 0)
+        asm("{\n.reg .b16 l, h;\n.reg .b32 b;\nmov.b32 {l, h}, %2;\nmov.b32 b, {l, l};\n"
+            "fma.rn.bf16x2 %0, %1, b, %3;\n}\n"
+            : "=r"(d) : "r"(a), "r"(m), "r"(0x80008000u));
+    else
+        asm("{\n.reg .b16 l, h;\n.reg .b32 b;\nmov.b32 {l, h}, %2;\nmov.b32 b, {h, h};\n"
+            "fma.rn.bf16x2 %0, %1, b, %3;\n}\n"
+            : "=r"(d) : "r"(a), "r"(m), "r"(0x80008000u));
     return d;
 }
 
-// The BF16 pair 2^(s-1), 2^(s-1) from the stored scale byte s + 126.
-__device__ __forceinline__ u32 f4_mult(u32 byte) { return (byte << 7) | (byte << 23); }
+// The multiplier pairs of a scale word (bytes: row r0 block 0, r0 block
+// 1, r1 block 0, r1 block 1, each s + 126): the BF16 2^(s-1) of r0 in the
+// low half and of r1 in the high half, for block 0 (*b0) and block 1
+// (*b1). Two instructions each.
+__device__ __forceinline__ void f4_mults(u32 sc, u32* b0, u32* b1) {
+    *b0 = (sc << 7) & 0x7F807F80u;
+    *b1 = (sc >> 1) & 0x7F807F80u;
+}
 
 // One word of the layout (f4_layout.go) -> the four A registers of a k16
 // step: each half's sign to bit 15 and magnitude bits to 8..6 (the value
-// E2M1 x 2^-126, code 1 a BF16 subnormal), then times 2^(s-1): m0 is row
-// r0's multiplier (registers 0 and 2), m1 row r1's (1 and 3).
-__device__ __forceinline__ void f4_widen(u32 (&a)[4], u32 q, u32 m0, u32 m1) {
+// E2M1 x 2^-126, code 1 a BF16 subnormal), then times 2^(s-1): mm's low
+// half is row r0's multiplier (registers 0 and 2), its high half row r1's
+// (1 and 3).
+__device__ __forceinline__ void f4_widen(u32 (&a)[4], u32 q, u32 mm) {
     u32 o0 = q & 0x81C081C0u;
     u32 o1 = (q << 3) & 0x81C081C0u;
     u32 o2 = (q << 6) & 0x81C081C0u;
     u32 o3 = ((q >> 6) & 0x01800180u) | ((q >> 4) & 0x00400040u) | ((q << 4) & 0x80008000u);
-    a[0] = bf16x2_mul(o0, m0);
-    a[1] = bf16x2_mul(o1, m1);
-    a[2] = bf16x2_mul(o2, m0);
-    a[3] = bf16x2_mul(o3, m1);
+    a[0] = bf16x2_mul_half<0>(o0, mm);
+    a[1] = bf16x2_mul_half<1>(o1, mm);
+    a[2] = bf16x2_mul_half<0>(o2, mm);
+    a[3] = bf16x2_mul_half<1>(o3, mm);
 }
 
-// The exhaustive test of f4_widen: out[4i + j] is register j of word
-// in[i] with both multipliers from scale byte sc[i].
+// The exhaustive test of f4_widen and f4_mults: out[4i + j] is register j
+// of word in[i] widened as block i & 1 of scale word sc[i].
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_test_f4_widen(const TestF4WidenArgs a) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= a.n) return;
-    u32 r[4], m = f4_mult(a.sc[i]);
-    f4_widen(r, a.in[i], m, m);
+    u32 r[4], b0, b1;
+    f4_mults(a.sc[i], &b0, &b1);
+    f4_widen(r, a.in[i], (i & 1) ? b1 : b0);
     for (int j = 0; j < 4; j++) a.out[4 * i + j] = r[j];
 }
 
@@ -1124,12 +1218,12 @@ __device__ __forceinline__ void f4_stage(const F4Pieces<NT>& pc, int st, int c) 
 // whose descriptor is db (k16 step q at + 16 q: 256 bytes further).
 template <int NT>
 __device__ __forceinline__ void f4_chunk(float (&acc)[NT / 2], u32 (&a)[4][4], uint4 w, u32 sc, u64 db) {
-    u32 m00 = f4_mult(sc & 0xFFu), m01 = f4_mult((sc >> 8) & 0xFFu);
-    u32 m10 = f4_mult((sc >> 16) & 0xFFu), m11 = f4_mult(sc >> 24);
-    f4_widen(a[0], w.x, m00, m10);
-    f4_widen(a[1], w.y, m00, m10);
-    f4_widen(a[2], w.z, m01, m11);
-    f4_widen(a[3], w.w, m01, m11);
+    u32 b0, b1;
+    f4_mults(sc, &b0, &b1);
+    f4_widen(a[0], w.x, b0);
+    f4_widen(a[1], w.y, b0);
+    f4_widen(a[2], w.z, b1);
+    f4_widen(a[3], w.w, b1);
     wg_fence();
 #pragma unroll
     for (int q = 0; q < 4; q++) wgmma_rs<NT>(acc, a[q], db + (u64)(wg_off(0, q * 32) >> 4));
@@ -1175,14 +1269,6 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
         for (int u = 0; u < F4_AHEAD; u++) {
             int c = c0 + u;
             if (c >= nstep) break;
-            uint4 w0 = raw[u][0], w1 = raw[u][1];
-            u32 s0 = rsc[u][0], s1 = rsc[u][1];
-            if (c + F4_AHEAD < nstep) {
-                for (int h = 0; h < 2; h++) {
-                    raw[u][h] = __ldg(wq + (2 * (c + F4_AHEAD) + h) * 128);
-                    rsc[u][h] = __ldg(wsc + (2 * (c + F4_AHEAD) + h) * 128);
-                }
-            }
             cp_async_wait<S - 3>(); // step c's tokens have landed (this thread's copies)
             fence_proxy_async();    // ... and are visible to the tensor cores
             __syncthreads();        // every thread's; and every warpgroup's wgmmas on step c - 1 are done
@@ -1192,8 +1278,18 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
             // The descriptors, from stage 0's (the start address field
             // counts 16-byte units; no carry out of it within shared memory).
             u64 db = d0 + (u64)((c % S) * (int)sizeof(s.b[0]) >> 4);
-            f4_chunk<NT>(acc, a, w0, s0, db);
-            f4_chunk<NT>(acc, a, w1, s1, db + (sizeof(s.b[0][0]) >> 4));
+            // Each chunk's weights are reloaded (step c + F4_AHEAD's) once
+            // widened: loaded into registers still in use, they were loaded
+            // into others and moved back at once, a move that waited the
+            // whole load (ncu: a quarter of the stall samples at M=1 and 8).
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                f4_chunk<NT>(acc, a, raw[u][h], rsc[u][h], db + h * (sizeof(s.b[0][0]) >> 4));
+                if (c + F4_AHEAD < nstep) {
+                    raw[u][h] = __ldg(wq + (2 * (c + F4_AHEAD) + h) * 128);
+                    rsc[u][h] = __ldg(wsc + (2 * (c + F4_AHEAD) + h) * 128);
+                }
+            }
         }
     }
 #pragma unroll
@@ -1311,43 +1407,7 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_decode_prologue(
     extern __shared__ int s_counts[]; // [e_local + 1]
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (blockIdx.x == 0) {
-        int n = a.m * a.top_k, elocal = a.e_local;
-        for (int e = threadIdx.x; e <= elocal; e += blockDim.x) s_counts[e] = 0;
-        __syncthreads();
-        for (int i = threadIdx.x; i < n; i += blockDim.x) {
-            int e = local_expert(a.ids[i], a.rank, elocal);
-            if (e >= 0) atomicAdd(&s_counts[e], 1);
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) { // offsets (exclusive scan) and the touched list
-            int off = 0, nt = 0;
-            for (int e = 0; e < elocal; e++) {
-                int c = s_counts[e];
-                a.offset[e] = off;
-                if (c > 0) a.touched[nt++] = e;
-                s_counts[e] = off; // from here on: the next free row of e
-                off += c;
-            }
-            a.offset[elocal] = off;
-            a.touched[elocal] = nt;
-        }
-        __syncthreads();
-        if (warp == 0) { // stable scatter in entry order, 32 entries a step
-            for (int base = 0; base < n; base += 32) {
-                int i = base + lane;
-                int e = i < n ? local_expert(a.ids[i], a.rank, elocal) : -1;
-                u32 peers = __match_any_sync(0xFFFFFFFFu, e);
-                int before = __popc(peers & ((1u << lane) - 1u));
-                int row = e >= 0 ? s_counts[e] + before : -1;
-                __syncwarp();
-                if (e >= 0 && before == __popc(peers) - 1) s_counts[e] += __popc(peers);
-                __syncwarp();
-                if (i < n) {
-                    a.pos[i] = row;
-                    if (row >= 0) a.perm[row] = i;
-                }
-            }
-        }
+        route_cta(a.ids, a.m * a.top_k, a.rank, a.e_local, s_counts, a.pos, a.perm, a.offset, a.touched, nullptr, 0);
         return;
     }
     int kb_pad = a.k_pad / BLOCK, kb_real = a.k / BLOCK;
