@@ -358,6 +358,13 @@ var f4Tiles = []int{8, 16, 32, 64, 128}
 // small tiles, whose stages are small and whose loop is latency-bound.
 var f4Stages = map[int]int{8: 8, 16: 6, 32: 5, 64: 4, 128: 3}
 
+// f4Ahead are the 128-k steps of weights each thread has in flight in
+// registers, per tile size: 4 words and a scale word a chunk, two chunks a
+// step, so each step costs 10 registers. Measured on the H200 (docs/PERF.md
+// f11): 3 at 16 tokens and 4 at 64 beat 2 by 4-5%; 3 at 8 tokens (held to
+// 64 registers) lost 16% at M=8, 3 or 4 at 32 lost 8-45% at M=64.
+var f4Ahead = map[int]int{8: 2, 16: 3, 32: 2, 64: 4, 128: 2}
+
 // f4Smem is sizeof(F4Smem<nt>): the staged tokens (128 k a stage) and the
 // tile's source rows.
 func f4Smem(nt int) int { return f4Stages[nt]*nt*2*2*abiWGChunkK + 4*nt }
@@ -569,6 +576,8 @@ func abiHeader() string {
 		{"F4_STAGES_T8", f4Stages[8]}, {"F4_STAGES_T16", f4Stages[16]}, {"F4_STAGES_T32", f4Stages[32]},
 		{"F4_STAGES_T64", f4Stages[64]}, {"F4_STAGES_T128", f4Stages[128]},
 		{"F4_SMEM_T8", f4Smem(8)}, {"F4_SMEM_T128", f4Smem(128)},
+		{"F4_AHEAD_T8", f4Ahead[8]}, {"F4_AHEAD_T16", f4Ahead[16]}, {"F4_AHEAD_T32", f4Ahead[32]},
+		{"F4_AHEAD_T64", f4Ahead[64]}, {"F4_AHEAD_T128", f4Ahead[128]},
 		{"F4_CHUNK_BYTES", f4ChunkBytes}, {"F4_CHUNK_SCALES", f4ChunkScales}, {"F4_TILE_MAX", abiF4TileMax},
 	} {
 		fmt.Fprintf(&b, "#define KMOE_%s %d\n", d.name, d.v)

@@ -1040,14 +1040,13 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_wg_gemm2_n256
 // grouped GEMM1; GEMM2: 64 output rows), and NT tokens of one expert,
 // staged as BF16 rows in f4_stages<NT>() cp.async stages of 128 k (a
 // step: two layout chunks) shared by both warpgroups. The weights of step
-// c + F4_AHEAD are loaded as step c's are widened, chunk by chunk; a
+// c + f4_ahead<NT>() are loaded as step c's are widened, chunk by chunk; a
 // warpgroup's wgmmas on a chunk are waited for before it widens the next
 // (the other warpgroups of the SM overlap them). One barrier a step (128 k
 // of 64 rows: 64 weights a thread, measured to be worth it against one a
 // 64-k chunk): past it, every warpgroup's wgmmas on step c - 1 are done,
 // so step c - 2's stage is refilled there.
 
-#define F4_AHEAD 2 // 128-k steps of weights in flight in registers
 #define F4_CHUNK_BYTES KMOE_F4_CHUNK_BYTES
 #define F4_CHUNK_SCALES KMOE_F4_CHUNK_SCALES
 static_assert(F4_CHUNK_BYTES == 128 * 16 && F4_CHUNK_SCALES == 128 * 4, "16 payload and 4 scale bytes a thread a chunk");
@@ -1108,6 +1107,14 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_test_f4_widen(co
 }
 
 #if defined(WG_ENABLED)
+// 128-k steps of weights a thread has in flight in registers, per tile
+// (f4Ahead in abi.go, measured per tile).
+template <int NT>
+__device__ constexpr int f4_ahead() {
+    return NT == 8 ? KMOE_F4_AHEAD_T8 : NT == 16 ? KMOE_F4_AHEAD_T16 : NT == 32 ? KMOE_F4_AHEAD_T32
+                                                                    : NT == 64 ? KMOE_F4_AHEAD_T64 : KMOE_F4_AHEAD_T128;
+}
+
 template <int NT>
 __device__ constexpr int f4_stages() {
     return NT == 8 ? KMOE_F4_STAGES_T8 : NT == 16 ? KMOE_F4_STAGES_T16 : NT == 32 ? KMOE_F4_STAGES_T32
@@ -1244,10 +1251,11 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
     int nstep = kdim / (2 * KMOE_WG_CHUNK_K);
     F4Pieces<NT> pc;
     f4_pieces<NT>(pc, s, rows, 2 * kdim);
-    uint4 raw[F4_AHEAD][2];
-    u32 rsc[F4_AHEAD][2];
+    constexpr int AH = f4_ahead<NT>();
+    uint4 raw[AH][2];
+    u32 rsc[AH][2];
 #pragma unroll
-    for (int i = 0; i < F4_AHEAD; i++) {
+    for (int i = 0; i < AH; i++) {
         if (i < nstep) {
             for (int h = 0; h < 2; h++) {
                 raw[i][h] = __ldg(wq + (2 * i + h) * 128);
@@ -1264,9 +1272,9 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
     }
     u32 a[4][4];
     const u64 d0 = wg_desc(s.b[0][0]);
-    for (int c0 = 0; c0 < nstep; c0 += F4_AHEAD) {
+    for (int c0 = 0; c0 < nstep; c0 += AH) {
 #pragma unroll
-        for (int u = 0; u < F4_AHEAD; u++) {
+        for (int u = 0; u < AH; u++) {
             int c = c0 + u;
             if (c >= nstep) break;
             cp_async_wait<S - 3>(); // step c's tokens have landed (this thread's copies)
@@ -1278,16 +1286,16 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
             // The descriptors, from stage 0's (the start address field
             // counts 16-byte units; no carry out of it within shared memory).
             u64 db = d0 + (u64)((c % S) * (int)sizeof(s.b[0]) >> 4);
-            // Each chunk's weights are reloaded (step c + F4_AHEAD's) once
+            // Each chunk's weights are reloaded (step c + AH's) once
             // widened: loaded into registers still in use, they were loaded
             // into others and moved back at once, a move that waited the
             // whole load (ncu: a quarter of the stall samples at M=1 and 8).
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 f4_chunk<NT>(acc, a, raw[u][h], rsc[u][h], db + h * (sizeof(s.b[0][0]) >> 4));
-                if (c + F4_AHEAD < nstep) {
-                    raw[u][h] = __ldg(wq + (2 * (c + F4_AHEAD) + h) * 128);
-                    rsc[u][h] = __ldg(wsc + (2 * (c + F4_AHEAD) + h) * 128);
+                if (c + AH < nstep) {
+                    raw[u][h] = __ldg(wq + (2 * (c + AH) + h) * 128);
+                    rsc[u][h] = __ldg(wsc + (2 * (c + AH) + h) * 128);
                 }
             }
         }
@@ -1360,7 +1368,7 @@ __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
 #endif
 }
 
-// Registers: NT/2 accumulators, one A buffer (16), 2 F4_AHEAD x 5 loaded
+// Registers: NT/2 accumulators, one A buffer (16), 2 f4_ahead<NT>() x 5 loaded
 // words. More CTAs an SM pay more than the registers cost (H200,
 // docs/PERF.md): four at NT = 8 (64 registers; 0.219 -> 0.199 ms at M=8
 // against three), three at 16 and 32 (85; M=16 0.261 -> 0.223 ms against
