@@ -66,8 +66,8 @@
 // float32 with no per-block scaling. Two warpgroups a CTA (64 rows each:
 // GEMM1's up and gate rows of 32 features, so the activation and MXFP8
 // requantization are fused in registers as on the mma.sync path), one
-// barrier per 128 k. Up to abiRouteCTAMax (1024) token-slot pairs the
-// BF16 paths (this one and the wgmma path below) route in one CTA of a
+// barrier per 128 k. Up to abiRouteCTAMax (1024) routing entries (M x
+// top-k, local or not) the BF16 paths (this one and the wgmma path below) route in one CTA of a
 // single prologue launch whose other CTAs write x as BF16 (in a CUDA graph
 // each launch costs a gap); above it, the routing runs one CTA an expert
 // in two launches after a memset and x_bf16. SetFP4MaxM moves its
