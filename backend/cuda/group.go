@@ -212,33 +212,46 @@ func (g *Group) Capabilities() backend.Capabilities {
 // collective would leave the others blocked: past the timeout each
 // aborts every communicator and returns ErrTimeout.
 func (g *Group) each(f func(mb *member) error) error {
+	ok, err := g.concurrently(func(mb *member) error {
+		return mb.b.locked(func() error {
+			if mb.aborted.Load() {
+				return fmt.Errorf("%w: rank %d's communicator was aborted after an earlier failure", ErrTimeout, mb.rank)
+			}
+			if err := f(mb); err != nil {
+				return fmt.Errorf("rank %d: %w", mb.rank, err)
+			}
+			return nil
+		})
+	})
+	if ok {
+		return err
+	}
+	for _, mb := range g.members {
+		mb.abort()
+	}
+	return fmt.Errorf("%w: the devices of this process did not all finish within %v (one failed before a collective?); communicators aborted", ErrTimeout, g.opts.Timeout)
+}
+
+// concurrently runs f for every member, each on its own goroutine: ok
+// and their errors joined once all have returned, or not ok once the
+// group's timeout passes first (the goroutines left running).
+func (g *Group) concurrently(f func(mb *member) error) (ok bool, err error) {
 	errs := make([]error, len(g.members))
 	var wg sync.WaitGroup
 	for i, mb := range g.members {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = mb.b.locked(func() error {
-				if mb.aborted.Load() {
-					return fmt.Errorf("%w: rank %d's communicator was aborted after an earlier failure", ErrTimeout, mb.rank)
-				}
-				if err := f(mb); err != nil {
-					return fmt.Errorf("rank %d: %w", mb.rank, err)
-				}
-				return nil
-			})
+			errs[i] = f(mb)
 		}()
 	}
 	finished := make(chan struct{})
 	go func() { wg.Wait(); close(finished) }()
 	select {
 	case <-finished:
-		return errors.Join(errs...)
+		return true, errors.Join(errs...)
 	case <-time.After(g.opts.Timeout):
-		for _, mb := range g.members {
-			mb.abort()
-		}
-		return fmt.Errorf("%w: the devices of this process did not all finish within %v (one failed before a collective?); communicators aborted", ErrTimeout, g.opts.Timeout)
+		return false, nil
 	}
 }
 
@@ -387,24 +400,15 @@ func (g *Group) Close() error {
 // timeout: a device whose thread is still blocked in an aborted
 // collective holds its lock, and is left to the process's exit.
 func (g *Group) closeMembers() error {
-	errs := make([]error, len(g.members))
-	var wg sync.WaitGroup
-	for i, mb := range g.members {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if mb.comm != nil && !mb.aborted.Load() {
-				errs[i] = mb.b.locked(func() error { return ncclCommDestroy(mb.comm) })
-			}
-			errs[i] = errors.Join(errs[i], mb.b.Close())
-		}()
-	}
-	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
-	select {
-	case <-finished:
-		return errors.Join(errs...)
-	case <-time.After(g.opts.Timeout):
+	ok, err := g.concurrently(func(mb *member) error {
+		var err error
+		if mb.comm != nil && !mb.aborted.Load() {
+			err = mb.b.locked(func() error { return ncclCommDestroy(mb.comm) })
+		}
+		return errors.Join(err, mb.b.Close())
+	})
+	if !ok {
 		return fmt.Errorf("%w: closing the group's devices", ErrTimeout)
 	}
+	return err
 }
