@@ -63,6 +63,9 @@ grep -E "^(--- |ok|FAIL|PASS)|cubin|rror|panic" "$OUT/cuda_test.log" | head -40 
 for chain in mxfp8 flashinfer; do
   timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ --chain "$chain" --json "$OUT/validate_situ_$chain.json" 2>&1 | tee -a "$log" | tail -1
 done
+# The small tiles on the wgmma loop, launched without programmatic
+# dependence (its summary line in run.log).
+KIMIMOE_FP4_SYNC=0 KIMIMOE_PDL=0 timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ 2>&1 | tee -a "$log" | tail -1
 # The whole matrix without the wgmma-fp4 path: the decode path at small M,
 # then the mma.sync GEMMs, the wgmma GEMMs from every grouped M.
 KIMIMOE_FP4_MAX_M=0 timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ --json "$OUT/validate_situ_mxfp8_nofp4.json" 2>&1 | tee -a "$log" | tail -1

@@ -369,6 +369,36 @@ var f4Ahead = map[int]int{8: 2, 16: 3, 32: 2, 64: 4, 128: 2}
 // tile's source rows.
 func f4Smem(nt int) int { return f4Stages[nt]*nt*2*2*abiWGChunkK + 4*nt }
 
+// The small tiles' barrier-free loop (kernels/moe.cu f4s_k_loop): mma.sync
+// on the same layout, the tokens staged a window of abiF4SWinK k at a time.
+const abiF4SWinK = 1024
+
+// f4sTiles are its instances' tokens per tile.
+var f4sTiles = []int{8, 16}
+
+// f4sAhead are the 128-k steps of weights in flight in registers, per
+// tile, and f4sBlocks the CTAs an SM the registers are held to (80 at
+// three). Measured on the H200 (docs/PERF.md f12): at 8 tokens, 4 steps at
+// three CTAs against 2 at four: M=1 0.0738 -> 0.0675 ms, M=8 0.1680 ->
+// 0.1633, M=16 0.1778 -> 0.1731 (M=24 0.1884 -> 0.1911); at 16 tokens, 2
+// at three CTAs against 3 or 4 at two: M=32 0.2018 against 0.2138, 0.2089.
+var (
+	f4sAhead  = map[int]int{8: 4, 16: 2}
+	f4sBlocks = map[int]int{8: 3, 16: 3}
+)
+
+// f4sDeep2 is GEMM2's 8-token variant for M <= f4sDeepMaxM, whose grid
+// fills under two CTAs an SM (M=1: 224 CTAs): 6 steps in flight at 128
+// registers, two CTAs an SM. Measured (docs/PERF.md f12): M=1 0.0675 ->
+// 0.0628 ms; no gain at M=2.
+var f4sDeep2 = struct{ ahead, blocks int }{6, 2}
+
+const f4sDeepMaxM = 1
+
+// f4sSmem is sizeof(F4SyncSmem<nt>): two windows of the tile's token rows
+// (16 bytes of padding a row) and its source rows.
+func f4sSmem(nt int) int { return 2*nt*(2*abiF4SWinK+16) + 4*nt }
+
 type f4Gemm1Args struct {
 	XBF      devptr `c:"const u8*" cname:"xbf"`
 	W        devptr `c:"const u8*"`
@@ -461,6 +491,9 @@ var (
 	kAddRows      = spec[addRowsArgs]("kmoe_add_rows")
 	kF4Gemm1      = instances[f4Gemm1Args]("kmoe_f4_gemm1_act_t", f4Tiles)
 	kF4Gemm2      = instances[f4Gemm2Args]("kmoe_f4_gemm2_t", f4Tiles)
+	kF4SGemm1     = instances[f4Gemm1Args]("kmoe_f4s_gemm1_act_t", f4sTiles)
+	kF4SGemm2     = instances[f4Gemm2Args]("kmoe_f4s_gemm2_t", f4sTiles)
+	kF4SGemm2Deep = spec[f4Gemm2Args]("kmoe_f4s_gemm2_t8_deep")
 	kTestF4Widen  = spec[testF4WidenArgs]("kmoe_test_f4_widen")
 	kDecGemm1     = instances[decodeGemm1Args]("kmoe_decode_gemm1_n", decodeSubtiles)
 	kDecGemm2     = instances[decodeGemm2Args]("kmoe_decode_gemm2_n", decodeSubtiles)
@@ -482,8 +515,8 @@ var decodeSubtiles = []int{1, 2, 4}
 
 var kernelSpecs = func() []kernelSpec {
 	all := []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize,
-		kDecPrologue, kTestWiden4, kXBF16, kRouteXBF16, kGatherRows, kAddRows, kTestF4Widen}
-	for _, m := range []map[int]kernelSpec{kDecGemm1, kDecGemm2, kWGGemm1, kWGGemm2, kF4Gemm1, kF4Gemm2} {
+		kDecPrologue, kTestWiden4, kXBF16, kRouteXBF16, kGatherRows, kAddRows, kTestF4Widen, kF4SGemm2Deep}
+	for _, m := range []map[int]kernelSpec{kDecGemm1, kDecGemm2, kWGGemm1, kWGGemm2, kF4Gemm1, kF4Gemm2, kF4SGemm1, kF4SGemm2} {
 		for _, k := range m {
 			all = append(all, k)
 		}
@@ -578,6 +611,10 @@ func abiHeader() string {
 		{"F4_SMEM_T8", f4Smem(8)}, {"F4_SMEM_T128", f4Smem(128)},
 		{"F4_AHEAD_T8", f4Ahead[8]}, {"F4_AHEAD_T16", f4Ahead[16]}, {"F4_AHEAD_T32", f4Ahead[32]},
 		{"F4_AHEAD_T64", f4Ahead[64]}, {"F4_AHEAD_T128", f4Ahead[128]},
+		{"F4S_WIN_K", abiF4SWinK}, {"F4S_AHEAD_T8", f4sAhead[8]}, {"F4S_AHEAD_T16", f4sAhead[16]},
+		{"F4S_BLOCKS_T8", f4sBlocks[8]}, {"F4S_BLOCKS_T16", f4sBlocks[16]},
+		{"F4S_DEEP2_AHEAD", f4sDeep2.ahead}, {"F4S_DEEP2_BLOCKS", f4sDeep2.blocks},
+		{"F4S_SMEM_T8", f4sSmem(8)}, {"F4S_SMEM_T16", f4sSmem(16)},
 		{"F4_CHUNK_BYTES", f4ChunkBytes}, {"F4_CHUNK_SCALES", f4ChunkScales}, {"F4_TILE_MAX", abiF4TileMax},
 	} {
 		fmt.Fprintf(&b, "#define KMOE_%s %d\n", d.name, d.v)

@@ -62,7 +62,26 @@ typedef struct {
 	CUresult (*cuGraphDestroy)(CUgraph);
 	CUresult (*cuGraphExecDestroy)(CUgraphExec);
 	CUresult (*cuGetErrorName)(CUresult, const char**);
+	CUresult (*cuLaunchKernelEx)(const void*, CUfunction, void**, void**); // optional (CUDA 12+): NULL without it
 } kmoe_cuda_api;
+
+// cuda.h's CUlaunchAttribute (an id, padding to 8 bytes, a 64-byte value
+// union) and CUlaunchConfig, for cuLaunchKernelEx.
+typedef struct {
+	int id;
+	int pad;
+	union {
+		int i;
+		char bytes[64];
+	} value;
+} kmoe_launch_attr;
+typedef struct {
+	unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+	CUstream hStream;
+	kmoe_launch_attr* attrs;
+	unsigned numAttrs;
+} kmoe_launch_config;
+enum { KMOE_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6 };
 
 typedef struct {
 	void* lib;
@@ -138,6 +157,7 @@ static const char* kmoe_load_cuda(const char* path) {
 	SYM(t, cuGraphDestroy, "cuGraphDestroy");
 	SYM(t, cuGraphExecDestroy, "cuGraphExecDestroy");
 	SYM(t, cuGetErrorName, "cuGetErrorName");
+	*(void**)(&t.cuLaunchKernelEx) = dlsym(h, "cuLaunchKernelEx");
 	t.lib = h;
 	cu = t;
 	return NULL;
@@ -208,6 +228,22 @@ static CUresult k_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, un
 	void* params[1] = {args};
 	return cu.cuLaunchKernel(f, gx, gy, gz, bx, 1, 1, smem, s, params, NULL);
 }
+
+// k_launch_pdl launches f as k_launch does, with programmatic stream
+// serialization allowed: f may start before the kernel ahead of it in the
+// stream ends, and waits for it where it executes griddepcontrol.wait.
+static CUresult k_launch_pdl(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                             unsigned smem, CUstream s, void* args) {
+	void* params[1] = {args};
+	kmoe_launch_attr attr;
+	memset(&attr, 0, sizeof attr);
+	attr.id = KMOE_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+	attr.value.i = 1;
+	kmoe_launch_config c = {gx, gy, gz, bx, 1, 1, smem, s, &attr, 1};
+	return cu.cuLaunchKernelEx(&c, f, params, NULL);
+}
+
+static int k_has_launch_ex(void) { return cu.cuLaunchKernelEx != NULL; }
 
 static nvrtcResult k_nvrtcVersion(int* a, int* b) { return nv.nvrtcVersion(a, b); }
 static nvrtcResult k_nvrtcCreateProgram(nvrtcProgram* p, const char* src, const char* name) {
@@ -379,6 +415,18 @@ func cuMemsetD32(dst devptr, v uint32, n int, s cuStream) error {
 // at launch, and into the node when a graph is being captured).
 func cuLaunch[A any](f cuFunction, grid [3]int, block, smem int, s cuStream, args *A) error {
 	return check("cuLaunchKernel", C.k_launch(f, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]), C.uint(block),
+		C.uint(smem), s, unsafe.Pointer(args)))
+}
+
+// cuLaunchPDL launches f as cuLaunch does, with programmatic dependent
+// launch (f must execute griddepcontrol.wait before it reads what the
+// kernel ahead of it writes); where the driver has no cuLaunchKernelEx it
+// is cuLaunch.
+func cuLaunchPDL[A any](f cuFunction, grid [3]int, block, smem int, s cuStream, args *A) error {
+	if C.k_has_launch_ex() == 0 {
+		return cuLaunch(f, grid, block, smem, s, args)
+	}
+	return check("cuLaunchKernelEx", C.k_launch_pdl(f, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]), C.uint(block),
 		C.uint(smem), s, unsafe.Pointer(args)))
 }
 

@@ -66,14 +66,24 @@
 // float32 with no per-block scaling. Two warpgroups a CTA (64 rows each:
 // GEMM1's up and gate rows of 32 features, so the activation and MXFP8
 // requantization are fused in registers as on the mma.sync path), one
-// barrier per 128 k. Up to abiRouteCTAMax (1024) routing entries (M x
+// barrier per 128 k. The tiles of 8 and 16 tokens (M <= 48) run the same
+// widened fragments through mma.sync m16n8k16 instead, whose per-warp A
+// fragment is the wgmma's, with no barrier but one per 1024 k (the tokens
+// staged in windows) and no warpgroup-wide wait: measured faster there,
+// and bitwise equal to the wgmma loop in the tests. Its GEMMs and the
+// finalize are launched with programmatic dependent launch
+// (griddepcontrol): GEMM2's CTAs take SMs as GEMM1's last CTAs leave them
+// and load their first weights before they wait for GEMM1's intermediate.
+// Up to abiRouteCTAMax (1024) routing entries (M x
 // top-k, local or not) the BF16 paths (this one and the wgmma path below) route in one CTA of a
 // single prologue launch whose other CTAs write x as BF16 (in a CUDA graph
 // each launch costs a gap); above it, the routing runs one CTA an expert
 // in two launches after a memset and x_bf16. SetFP4MaxM moves its
 // threshold (0: off);
 // KIMIMOE_FP4_MAX_M sets it for every layer, KIMIMOE_FP4_TOKENS forces a
-// token tile, both to measure.
+// token tile, KIMIMOE_FP4_SYNC=0 keeps the small tiles on the wgmma loop
+// and KIMIMOE_PDL=0 launches without programmatic dependence, all to
+// measure (read at Prepare).
 //
 // The decode path (M <= 24 where the wgmma-fp4 path is not available, and
 // every M when K or N is not a multiple of 128, as GPT-OSS's 2880) streams

@@ -4,12 +4,10 @@ package cuda
 
 import (
 	"errors"
+	"math"
 	"testing"
 
-	"kimimoe/activation"
 	"kimimoe/backend"
-	"kimimoe/moe"
-	"kimimoe/mxfp"
 	"kimimoe/validation"
 )
 
@@ -100,28 +98,16 @@ func TestF4WidenExhaustive(t *testing.T) {
 // the grouped forwards take the other paths, and a layer whose weight
 // scales leave the exact widening's window has no wgmma-fp4 path.
 func TestF4Path(t *testing.T) {
-	bk := openOrSkip(t)
-	b := bk.(*Backend)
-	defer b.Close()
-	if b.arch != ArchSM90a {
-		t.Skipf("the wgmma-fp4 path needs sm_90a; this device is %s", b.arch)
-	}
-	s := validation.KimiEP32Rank7(activation.Situ, moe.ChainMXFP8, mxfp.RecipeRCeil)
-	l, w := prepare(t, b, &s, nil)
-	defer l.Close()
+	b, l, s, w, o := kimiSM90aLayer(t, "the wgmma-fp4 path")
 	if l.f4W31 == 0 {
 		t.Fatalf("no wgmma-fp4 path at the Kimi shape: %s", l.f4WhyNot)
 	}
 	if err := l.SetDecodeMaxM(-1); err != nil {
 		t.Fatal(err)
 	}
-	o, err := moe.NewOracle(w, s.LayerSpec())
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, m := range []int{1, 8, 32, 128, 512} {
 		s.M, s.Seed = m, uint64(9000+m)
-		c, err := validation.GenerateCase(&s, w)
+		c, err := validation.GenerateCase(s, w)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -158,9 +144,78 @@ func TestF4Path(t *testing.T) {
 	}
 
 	w.W31Scale[0] = f4MaxScale + 1
-	l2, _ := prepare(t, b, &s, w)
+	l2, _ := prepare(t, b, s, w)
 	defer l2.Close()
 	if err := l2.SetFP4MaxM(1); !errors.Is(err, backend.ErrUnsupported) || l2.PathFor(128) == "wgmma-fp4" {
 		t.Errorf("a weight scale of 2^2: SetFP4MaxM(1) %v, path %s", err, l2.PathFor(128))
+	}
+}
+
+// The small tiles (f4sTiles) run the barrier-free mma.sync loop; it and
+// the wgmma loop it replaces both agree with the oracle at every M the
+// small tiles take. The last part shows the test would notice if the
+// forward did not launch the mma.sync loop's kernels at all.
+func TestF4SyncLoop(t *testing.T) {
+	b, l, s, w, o := kimiSM90aLayer(t, "the wgmma-fp4 path")
+	if err := l.SetDecodeMaxM(-1); err != nil {
+		t.Fatal(err)
+	}
+	setNoSync := func(v bool) {
+		t.Helper()
+		if err := l.reconfigure(func() error { l.f4NoSync = v; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range []int{1, 3, 8, 24, 32, 48} {
+		setNoSync(false)
+		if l.PathFor(m) != "wgmma-fp4" || !l.f4SyncLoop(f4TileTokens(m)) {
+			t.Fatalf("M=%d: path %s, tile %d, not the mma.sync loop", m, l.PathFor(m), f4TileTokens(m))
+		}
+		s.M, s.Seed = m, uint64(9100+m)
+		c, err := validation.GenerateCase(s, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var outs [2][]float32
+		for i, noSync := range []bool{false, true} {
+			setNoSync(noSync)
+			outs[i] = nanFilledOut(m * w.K)
+			if err := l.Forward(outs[i], &c.Input, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		comparePaths(t, o, &c.Input, w.K, [2]string{"mma.sync loop", "wgmma loop"}, outs)
+		// Programmatic dependent launch changes when kernels start, not
+		// what they compute: without it, the same bits.
+		setNoSync(false)
+		if err := l.reconfigure(func() error { l.noPDL = true; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		plain := nanFilledOut(m * w.K)
+		if err := l.Forward(plain, &c.Input, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.reconfigure(func() error { l.noPDL = false; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		for i := range plain {
+			if math.Float32bits(plain[i]) != math.Float32bits(outs[0][i]) {
+				t.Fatalf("M=%d: value %d is %g with programmatic dependent launch, %g without", m, i, outs[0][i], plain[i])
+			}
+		}
+	}
+
+	setNoSync(false)
+	s.M, s.Seed = 1, 9199
+	c, err := validation.GenerateCase(s, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := b.k.f4sGemm1
+	b.k.f4sGemm1 = nil // no function to launch
+	err = l.Forward(nanFilledOut(w.K), &c.Input, nil)
+	b.k.f4sGemm1 = saved
+	if err == nil {
+		t.Fatal("M=1 ran without the mma.sync loop's GEMM1 kernel")
 	}
 }

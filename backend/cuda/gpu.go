@@ -97,6 +97,10 @@ const f4MaxMDefault = 512
 // f4MaxM tokens (SetFP4MaxM).
 func (l *Layer) useF4(m int) bool { return l.f4W31 != 0 && m <= l.f4MaxM }
 
+// f4SyncLoop reports whether the wgmma-fp4 GEMMs of token tile tt run the
+// barrier-free mma.sync loop (f4sTiles) rather than the wgmma loop.
+func (l *Layer) f4SyncLoop(tt int) bool { return !l.f4NoSync && slices.Contains(f4sTiles, tt) }
+
 // f4TileTokens is the wgmma-fp4 GEMMs' token tile (the wgmma's N) for m
 // tokens: the tokens an expert gets grow with m. Measured on the H200 at
 // the Kimi shape (docs/PERF.md; KIMIMOE_FP4_TOKENS forces one): 32 at
@@ -194,6 +198,13 @@ func (k kernel[A]) launchWith(grid [3]int, block, smem int, s cuStream, args *A)
 	return cuLaunch(k.fn, grid, block, smem, s, args)
 }
 
+// launchPDL is launchWith with programmatic dependent launch: for kernels
+// that execute pdl_wait (kernels/moe.cu) before reading what the kernel
+// ahead of them in the stream writes.
+func (k kernel[A]) launchPDL(grid [3]int, block, smem int, s cuStream, args *A) error {
+	return cuLaunchPDL(k.fn, grid, block, smem, s, args)
+}
+
 // bind looks up spec in m as a kernel taking A; A must be spec's type.
 func bind[A any](m cuModule, spec kernelSpec) (kernel[A], error) {
 	if reflect.TypeFor[A]() != spec.args {
@@ -239,6 +250,9 @@ type kernels struct {
 	wgGemm2      map[int]kernel[wgGemm2Args]
 	f4Gemm1      map[int]kernel[f4Gemm1Args] // by token tile
 	f4Gemm2      map[int]kernel[f4Gemm2Args]
+	f4sGemm1     map[int]kernel[f4Gemm1Args] // the small tiles' barrier-free loop, by token tile
+	f4sGemm2     map[int]kernel[f4Gemm2Args]
+	f4sGemm2Deep kernel[f4Gemm2Args] // its GEMM2 at 8 tokens for small grids (f4sDeep2)
 }
 
 func loadKernels(m cuModule) (*kernels, error) {
@@ -283,6 +297,13 @@ func loadKernels(m cuModule) (*kernels, error) {
 	add(err)
 	k.f4Gemm2, err = bindAll[f4Gemm2Args](m, kF4Gemm2, f4Smem)
 	add(err)
+	k.f4sGemm1, err = bindAll[f4Gemm1Args](m, kF4SGemm1, f4sSmem)
+	add(err)
+	k.f4sGemm2, err = bindAll[f4Gemm2Args](m, kF4SGemm2, f4sSmem)
+	add(err)
+	deep2, err := bindAll[f4Gemm2Args](m, map[int]kernelSpec{8: kF4SGemm2Deep}, f4sSmem)
+	add(err)
+	k.f4sGemm2Deep = deep2[8]
 	return k, errors.Join(errs...)
 }
 
@@ -531,6 +552,7 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 		{"KIMIMOE_DECODE_MAX_M", -1, &l.decodeMaxM}, // -1: never
 		{"KIMIMOE_FP4_MAX_M", 0, &l.f4MaxM},         // 0: never
 		{"KIMIMOE_WGMMA_MIN_M", 1, &l.wgMinM},
+		{"KIMIMOE_FP4_TOKENS", 0, &l.f4Tokens}, // to measure the tiles
 	} {
 		if v := os.Getenv(e.name); v != "" {
 			n, err := strconv.Atoi(v)
@@ -540,6 +562,11 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 			*e.dst = n
 		}
 	}
+	if l.f4Tokens != 0 && !slices.Contains(f4Tiles, l.f4Tokens) {
+		return nil, fmt.Errorf("%w: KIMIMOE_FP4_TOKENS=%d is not one of the tiles %v", backend.ErrUnsupported, l.f4Tokens, f4Tiles)
+	}
+	l.f4NoSync = os.Getenv("KIMIMOE_FP4_SYNC") == "0" // to measure the small tiles' two loops
+	l.noPDL = os.Getenv("KIMIMOE_PDL") == "0"         // to measure programmatic dependent launch
 	err = b.locked(func() error {
 		if err := l.uploadWeights(); err != nil {
 			return err
@@ -686,6 +713,9 @@ type Layer struct {
 	f4W2       devptr
 	f4W2S      devptr
 	f4MaxM     int                // largest M on the wgmma-fp4 GEMMs
+	f4Tokens   int                // the wgmma-fp4 token tile forced by KIMIMOE_FP4_TOKENS (0: by M)
+	f4NoSync   bool               // KIMIMOE_FP4_SYNC=0: the small tiles on the wgmma loop too
+	noPDL      bool               // KIMIMOE_PDL=0: no programmatic dependent launch on the wgmma-fp4 path
 	f4WhyNot   string             // why it is not available
 	ws         map[int]*workspace // per token count, at most MaxWorkspaces
 	uses       uint64             // forwards so far, for the LRU order
@@ -851,7 +881,9 @@ func (l *Layer) upload(in *moe.Input) (*workspace, error) {
 		return nil, err
 	}
 	s := l.b.stream
-	ws.form, ws.wide = formQuantized, xPastBF16(in, l.spec.Recipe)
+	// Only the BF16 paths need to know whether x passes BF16's range.
+	path := l.PathFor(in.M)
+	ws.form, ws.wide = formQuantized, (path == "wgmma" || path == "wgmma-fp4") && xPastBF16(in, l.spec.Recipe)
 	if in.X != nil {
 		ws.form = formFloat
 		err = cuMemcpyHtoD(ws.x, f32bytes(in.X), s)
@@ -976,8 +1008,8 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 		tt = abiWGTokens
 	case f4:
 		tt = f4TileTokens(m)
-		if v, err := strconv.Atoi(os.Getenv("KIMIMOE_FP4_TOKENS")); err == nil && slices.Contains(f4Tiles, v) { // to measure the tiles
-			tt = v
+		if l.f4Tokens != 0 {
+			tt = l.f4Tokens
 		}
 	}
 	maxTiles := (entries+tt-1)/tt + w.E
@@ -1008,14 +1040,25 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 		}}
 	}
 	if f4 {
+		g1, g2, smem := k.f4Gemm1[tt], k.f4Gemm2[tt], f4Smem(tt)
+		if l.f4SyncLoop(tt) {
+			g1, g2, smem = k.f4sGemm1[tt], k.f4sGemm2[tt], f4sSmem(tt)
+			if tt == 8 && m <= f4sDeepMaxM {
+				g2 = k.f4sGemm2Deep
+			}
+		}
+		launch1, launch2 := g1.launchPDL, g2.launchPDL // the GEMMs wait for what they read (pdl_wait)
+		if l.noPDL {
+			launch1, launch2 = g1.launchWith, g2.launchWith
+		}
 		gemm1 = func() error {
-			return k.f4Gemm1[tt].launchWith([3]int{w.N / abiF4RowsGemm1, maxTiles, 1}, abiThreads, f4Smem(tt), s,
+			return launch1([3]int{w.N / abiF4RowsGemm1, maxTiles, 1}, abiThreads, smem, s,
 				&f4Gemm1Args{XBF: ws.xbf, W: l.f4W31, WS: l.f4W31S, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
 					Params: l.params, AQBF: ws.aqbf, K: i32(w.K), N: i32(w.N), TopK: i32(topk), ELocal: i32(w.E),
 					Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
 		}
 		gemm2 = func() error {
-			return k.f4Gemm2[tt].launchWith([3]int{w.K / abiF4RowsGemm2, maxTiles, 1}, abiThreads, f4Smem(tt), s,
+			return launch2([3]int{w.K / abiF4RowsGemm2, maxTiles, 1}, abiThreads, smem, s,
 				&f4Gemm2Args{AQBF: ws.aqbf, W: l.f4W2, WS: l.f4W2S, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
 					N: i32(w.N), K: i32(w.K), ELocal: i32(w.E)})
 		}
@@ -1033,25 +1076,15 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 					N: i32(w.N), K: i32(w.K), ELocal: i32(w.E)})
 		}
 	}
+	launchFin := k.finalize.launchWith
+	if f4 && !l.noPDL { // after the wgmma-fp4 GEMM2, which triggers it
+		launchFin = k.finalize.launchPDL
+	}
 	finalize := step{"finalize", func() error {
-		return k.finalize.launch([3]int{m, (w.K + abiFinalizeCols - 1) / abiFinalizeCols, 1}, s,
+		return launchFin([3]int{m, (w.K + abiFinalizeCols - 1) / abiFinalizeCols, 1}, abiFinalizeCols, 0, s,
 			&finalizeArgs{Y: ws.y, Pos: ws.pos, Wts: ws.wts, Out: ws.out, TopK: i32(topk), K: i32(w.K)})
 	}}
-	if (wg || f4) && entries <= abiRouteCTAMax {
-		xCTAs := min((nblocks+abiThreads/32-1)/(abiThreads/32), 2*l.b.sms)
-		return []step{
-			{"route_x_bf16", func() error {
-				return k.routeXBF16.launchWith([3]int{1 + xCTAs, 1, 1}, abiThreads, 4*(w.E+1), s,
-					&routeXBF16Args{X: ws.x, Codes: ws.xq, Scales: ws.xs, IDs: ws.ids, Out: ws.xbf, Pos: ws.pos, Perm: ws.perm,
-						Offset: ws.offset, TileBase: ws.tileBase, NBlocks: i32(nblocks), NEntries: i32(entries), Rank: i32(l.epRank),
-						ELocal: i32(w.E), TT: i32(tt), Recipe: recipe, Form: form})
-			}},
-			{"gemm1_act", gemm1},
-			{"gemm2", gemm2},
-			finalize,
-		}
-	}
-	return []step{
+	prologue := []step{
 		{"memset", func() error { return cuMemsetD32(ws.pos, 0xFFFFFFFF, entries, s) }},
 		xstep,
 		{"route_count", func() error {
@@ -1063,10 +1096,17 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 				&routeScatterArgs{IDs: ws.ids, Counts: ws.counts, Perm: ws.perm, Pos: ws.pos, Offset: ws.offset, TileBase: ws.tileBase,
 					NEntries: i32(entries), Rank: i32(l.epRank), ELocal: i32(w.E), TT: i32(tt)})
 		}},
-		{"gemm1_act", gemm1},
-		{"gemm2", gemm2},
-		finalize,
 	}
+	if (wg || f4) && entries <= abiRouteCTAMax { // one launch instead
+		xCTAs := min((nblocks+abiThreads/32-1)/(abiThreads/32), 2*l.b.sms)
+		prologue = []step{{"route_x_bf16", func() error {
+			return k.routeXBF16.launchWith([3]int{1 + xCTAs, 1, 1}, abiThreads, 4*(w.E+1), s,
+				&routeXBF16Args{X: ws.x, Codes: ws.xq, Scales: ws.xs, IDs: ws.ids, Out: ws.xbf, Pos: ws.pos, Perm: ws.perm,
+					Offset: ws.offset, TileBase: ws.tileBase, NBlocks: i32(nblocks), NEntries: i32(entries), Rank: i32(l.epRank),
+					ELocal: i32(w.E), TT: i32(tt), Recipe: recipe, Form: form})
+		}}}
+	}
+	return append(prologue, step{"gemm1_act", gemm1}, step{"gemm2", gemm2}, finalize)
 }
 
 // Profile runs the uploaded m-token forward eagerly with an event between

@@ -141,23 +141,11 @@ func u32bytes(v []uint32) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(&v
 // float32 rounding and the rare MXFP8 rounding flip it causes; the test
 // logs how many values are bitwise equal.
 func TestWGMMAPath(t *testing.T) {
-	bk := openOrSkip(t)
-	b := bk.(*Backend)
-	defer b.Close()
-	if b.arch != ArchSM90a {
-		t.Skipf("the wgmma path needs sm_90a; this device is %s", b.arch)
-	}
-	s := validation.KimiEP32Rank7(activation.Situ, moe.ChainMXFP8, mxfp.RecipeRCeil)
-	l, w := prepare(t, b, &s, nil)
-	defer l.Close()
+	b, l, s, w, o := kimiSM90aLayer(t, "the wgmma path")
 	if err := l.SetWGMinM(1); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.SetFP4MaxM(0); err != nil { // the wgmma-fp4 path would take these M first
-		t.Fatal(err)
-	}
-	o, err := moe.NewOracle(w, s.LayerSpec())
-	if err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range []int{32, 128, 512, 2048} {
@@ -168,7 +156,7 @@ func TestWGMMAPath(t *testing.T) {
 			t.Fatalf("M=%d takes the %s path", m, l.PathFor(m))
 		}
 		s.M, s.Seed = m, uint64(7000+m)
-		c, err := validation.GenerateCase(&s, w)
+		c, err := validation.GenerateCase(s, w)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +179,7 @@ func TestWGMMAPath(t *testing.T) {
 		t.Errorf("SetWGMMA(false): %v, path %s", err, l.PathFor(128))
 	}
 	s.K, s.N, s.ELocal, s.TopK, s.LocalSlots, s.EP = 160, 96, 4, 2, 0, moe.EP{}
-	l2, _ := prepare(t, b, &s, nil)
+	l2, _ := prepare(t, b, s, nil)
 	defer l2.Close()
 	if err := l2.SetWGMMA(true); !errors.Is(err, backend.ErrUnsupported) {
 		t.Errorf("SetWGMMA(true) at K=160, N=96: %v", err)
@@ -212,6 +200,28 @@ func prepare(t *testing.T, b *Backend, s *validation.CaseSpec, w *moe.Weights) (
 		t.Fatal(err)
 	}
 	return layer.(*Layer), w
+}
+
+// kimiSM90aLayer opens the device, skipping the test unless it is sm_90a
+// (what names the path that needs it), prepares the Kimi EP32 rank-7
+// layer (SiTU, mxfp8 chain, rceil) and its oracle; both are closed when
+// the test ends.
+func kimiSM90aLayer(t *testing.T, what string) (*Backend, *Layer, *validation.CaseSpec, *moe.Weights, *moe.Oracle) {
+	t.Helper()
+	bk := openOrSkip(t)
+	b := bk.(*Backend)
+	if b.arch != ArchSM90a {
+		b.Close()
+		t.Skipf("%s needs sm_90a; this device is %s", what, b.arch)
+	}
+	s := validation.KimiEP32Rank7(activation.Situ, moe.ChainMXFP8, mxfp.RecipeRCeil)
+	l, w := prepare(t, b, &s, nil)
+	t.Cleanup(func() { l.Close(); b.Close() })
+	o, err := moe.NewOracle(w, s.LayerSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, l, &s, w, o
 }
 
 // comparePaths checks two paths' outputs of one input (k columns a row)

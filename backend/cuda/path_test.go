@@ -51,3 +51,26 @@ func TestF4TileTokens(t *testing.T) {
 		prev = nt
 	}
 }
+
+// The barrier-free loop's tiles are tiles of the path, and the ones M up
+// to 48 takes (f4TileTokens).
+func TestF4SyncTiles(t *testing.T) {
+	for _, nt := range f4sTiles {
+		if !slices.Contains(f4Tiles, nt) || f4sAhead[nt] < 1 {
+			t.Errorf("tile %d: not a wgmma-fp4 tile, or %d steps ahead", nt, f4sAhead[nt])
+		}
+	}
+	l := &Layer{}
+	for m := 1; m <= 48; m++ {
+		if !l.f4SyncLoop(f4TileTokens(m)) {
+			t.Errorf("M=%d (tile %d) is not on the mma.sync loop", m, f4TileTokens(m))
+		}
+	}
+	if l.f4SyncLoop(f4TileTokens(64)) {
+		t.Errorf("M=64 (tile %d) is on the mma.sync loop", f4TileTokens(64))
+	}
+	l.f4NoSync = true
+	if l.f4SyncLoop(8) {
+		t.Error("KIMIMOE_FP4_SYNC=0 left tile 8 on the mma.sync loop")
+	}
+}

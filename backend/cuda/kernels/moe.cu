@@ -412,6 +412,24 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
     return (u32)__cvta_generic_to_shared(p);
 }
 
+// Programmatic dependent launch (sm_90; launchPDL in gpu.go). pdl_wait
+// returns once the kernels this one depends on have completed and their
+// writes are visible (at once for a kernel launched without the
+// attribute); pdl_trigger lets the next kernel in the stream be launched
+// once every CTA of this one has triggered or exited, so its CTAs take
+// SMs as this one's last CTAs leave them (its own pdl_wait still waits
+// for all of this kernel).
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
 }
@@ -440,15 +458,27 @@ __device__ __forceinline__ bool find_tile(const int* offset, const int* tile_bas
 }
 
 // block_tile finds this CTA's tile (blockIdx.y) once, in thread 0, and
-// gives it to every thread; false for a CTA past the last tile.
+// gives it to every thread; false for a CTA past the last tile. For a
+// tile it also writes src[i], the operand row of the tile's token i (-1
+// past its count): the token of slot row row0 + i (perm[row] / topk) where
+// perm is given, as GEMM1 reads x, else the slot row itself, as GEMM2
+// reads the intermediate; every thread sees src once it returns.
 template <int TT>
-__device__ __forceinline__ bool block_tile(const int* offset, const int* tile_base, int elocal, Tile* out) {
+__device__ __forceinline__ bool block_tile(const int* offset, const int* tile_base, int elocal, const int* perm,
+                                           int topk, int* src, Tile* out) {
+    static_assert(TT <= KMOE_THREADS, "a thread per token row");
     __shared__ Tile s_tile;
     __shared__ int s_ok;
     if (threadIdx.x == 0) s_ok = find_tile<TT>(offset, tile_base, elocal, blockIdx.y, &s_tile);
     __syncthreads();
     *out = s_tile;
-    return s_ok;
+    if (!s_ok) return false;
+    if (threadIdx.x < TT) {
+        int i = threadIdx.x, row = out->row0 + i;
+        src[i] = i < out->count ? (perm ? perm[row] / topk : row) : -1;
+    }
+    __syncthreads();
+    return true;
 }
 
 // Stage k-chunk c of the tile's tokens: codes [TT][KC] and scales [TT][4].
@@ -664,9 +694,7 @@ __device__ __forceinline__ void gemm1_act(const Gemm1Args a) {
     const u8* __restrict__ w31 = a.w31;
     const u8* __restrict__ w31s = a.w31s;
     Tile tl;
-    if (!block_tile<TT>(a.offset, a.tile_base, a.e_local, &tl)) return;
-    if (threadIdx.x < TT) sm.src[threadIdx.x] = threadIdx.x < tl.count ? a.perm[tl.row0 + threadIdx.x] / topk : -1;
-    __syncthreads();
+    if (!block_tile<TT>(a.offset, a.tile_base, a.e_local, a.perm, topk, sm.src, &tl)) return;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int fw = blockIdx.x * KMOE_GEMM1_FEATURES + warp * 8;
     u64 rows_e = (u64)2 * N;
@@ -692,9 +720,7 @@ __device__ __forceinline__ void gemm2(const Gemm2Args a) {
     const u8* __restrict__ w2 = a.w2;
     const u8* __restrict__ w2s = a.w2s;
     Tile tl;
-    if (!block_tile<TT>(a.offset, a.tile_base, a.e_local, &tl)) return;
-    if (threadIdx.x < TT) sm.src[threadIdx.x] = threadIdx.x < tl.count ? tl.row0 + threadIdx.x : -1;
-    __syncthreads();
+    if (!block_tile<TT>(a.offset, a.tile_base, a.e_local, nullptr, 0, sm.src, &tl)) return;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int f = blockIdx.x * KMOE_GEMM2_ROWS + warp * 16;
     u64 r0 = (u64)tl.expert * K + f + g, r1 = r0 + 8;
@@ -807,6 +833,7 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_x_bf16(const XBF
 // + 1) bytes.
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_x_bf16(const RouteXBF16Args a) {
     extern __shared__ int s_counts[]; // [e_local + 1]
+    pdl_trigger(); // GEMM1's CTAs launched now wait for this kernel in their pdl_wait
     if (blockIdx.x == 0) {
         route_cta(a.ids, a.n_entries, a.rank, a.e_local, s_counts, a.pos, a.perm, a.offset, nullptr, a.tile_base, a.tt);
         return;
@@ -925,10 +952,7 @@ __device__ __forceinline__ void wg_gemm1_act(const WgGemm1Args& a) {
     WgSmem<BN>& s = *(WgSmem<BN>*)wg_smem_raw;
     const int K = a.k, N = a.n;
     Tile tl;
-    if (!block_tile<KMOE_WG_TOKENS>(a.offset, a.tile_base, a.e_local, &tl)) return;
-    if (threadIdx.x < KMOE_WG_TOKENS)
-        s.src[threadIdx.x] = threadIdx.x < tl.count ? a.perm[tl.row0 + threadIdx.x] / a.top_k : -1;
-    __syncthreads();
+    if (!block_tile<KMOE_WG_TOKENS>(a.offset, a.tile_base, a.e_local, a.perm, a.top_k, s.src, &tl)) return;
     u64 tile = (u64)tl.expert * (N / F) + blockIdx.x;
     float acc[BN / 2];
 #pragma unroll
@@ -1000,9 +1024,7 @@ __device__ __forceinline__ void wg_gemm2(const WgGemm2Args& a) {
     WgSmem<BN>& s = *(WgSmem<BN>*)wg_smem_raw;
     const int K = a.k, N = a.n;
     Tile tl;
-    if (!block_tile<KMOE_WG_TOKENS>(a.offset, a.tile_base, a.e_local, &tl)) return;
-    if (threadIdx.x < KMOE_WG_TOKENS) s.src[threadIdx.x] = threadIdx.x < tl.count ? tl.row0 + threadIdx.x : -1;
-    __syncthreads();
+    if (!block_tile<KMOE_WG_TOKENS>(a.offset, a.tile_base, a.e_local, nullptr, 0, s.src, &tl)) return;
     u64 tile = (u64)tl.expert * (K / BN) + blockIdx.x;
     float acc[BN / 2];
 #pragma unroll
@@ -1241,6 +1263,23 @@ __device__ __forceinline__ void f4_chunk(float (&acc)[NT / 2], u32 (&a)[4][4], u
     wg_wait<0>();
 }
 
+// The weight words of the first AH 128-k steps (of nstep), into raw and
+// rsc: first of all, since their latency is the loop's longest. Each loop
+// then reloads a chunk's words as soon as that chunk is widened.
+template <int AH>
+__device__ __forceinline__ void f4_load_first(uint4 (&raw)[AH][2], u32 (&rsc)[AH][2], const uint4* __restrict__ wq,
+                                              const u32* __restrict__ wsc, int nstep) {
+#pragma unroll
+    for (int i = 0; i < AH; i++) {
+        if (i < nstep) {
+            for (int h = 0; h < 2; h++) {
+                raw[i][h] = __ldg(wq + (2 * i + h) * 128);
+                rsc[i][h] = __ldg(wsc + (2 * i + h) * 128);
+            }
+        }
+    }
+}
+
 // The k loop: acc (this thread's NT/2 accumulators of its warpgroup's 64
 // rows x NT tokens) += weights x tokens over kdim k (a multiple of 128),
 // in steps of 128 k (two layout chunks). wq and wsc are this thread's
@@ -1254,15 +1293,8 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
     constexpr int AH = f4_ahead<NT>();
     uint4 raw[AH][2];
     u32 rsc[AH][2];
-#pragma unroll
-    for (int i = 0; i < AH; i++) {
-        if (i < nstep) {
-            for (int h = 0; h < 2; h++) {
-                raw[i][h] = __ldg(wq + (2 * i + h) * 128);
-                rsc[i][h] = __ldg(wsc + (2 * i + h) * 128);
-            }
-        }
-    }
+    f4_load_first<AH>(raw, rsc, wq, wsc, nstep);
+    pdl_wait(); // GEMM2: the weights above are loaded before GEMM1 ends, the tokens below after
     constexpr int S = f4_stages<NT>();
     static_assert(S >= 3, "a stage refilled two steps behind");
 #pragma unroll
@@ -1306,6 +1338,128 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
 }
 #endif
 
+// The small tiles' loop without a barrier a step (8 and 16 tokens: f4sTiles
+// in abi.go). The same weights, loaded and widened the same way, but each
+// warp multiplies its own 16 rows with mma.sync m16n8k16, whose A fragment
+// is the wgmma's per-warp slice (the layout needs no change) and whose
+// accumulators, NT/8 of them side by side, are the wgmma's NT/2 in the same
+// order (so the epilogues are shared), reading the tokens with ldmatrix.
+// The tokens are staged a window of F4S_WIN_K k at a time, two windows
+// double-buffered, so the CTA meets at a barrier once a window (8 steps of
+// 128 k) instead of once a step, and no warp waits at a wgmma for the
+// other three of its warpgroup. Why (docs/PERF.md f12): the step's barrier
+// and the wgmma waits were a third of the stall samples at M = 1 and 8.
+// Each accumulator still sums its k16 steps in k order, in float32.
+#if defined(WG_ENABLED)
+#define F4S_WIN_K KMOE_F4S_WIN_K
+#define F4S_ROW (2 * F4S_WIN_K + 16) // bytes a staged token row: 16 more, so ldmatrix's 8 rows fall in 8 bank groups
+static_assert(F4S_WIN_K % 128 == 0 && KMOE_THREADS % (F4S_WIN_K / 8) == 0, "whole steps; whole rows per pass");
+
+template <int NT>
+struct F4SyncSmem {
+    u8 x[2][NT][F4S_ROW];
+    int src[NT];
+};
+static_assert(sizeof(F4SyncSmem<8>) == KMOE_F4S_SMEM_T8 && sizeof(F4SyncSmem<16>) == KMOE_F4S_SMEM_T16,
+              "the host's dynamic shared memory sizes");
+
+// Four 8 x 8 BF16 matrices from shared memory, lane l giving row l % 8 of
+// matrix l / 8; r[i] is matrix i's (row l / 4, columns 2 (l % 4), +1).
+__device__ __forceinline__ void ldsm_x4(u32 (&r)[4], u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// d += A (16 x 16 BF16, registers as the layout's word) x B (16 x 8 BF16:
+// b0 k 2t, 2t+1 and b1 k 2t+8, 2t+9 of token l / 4), float32.
+__device__ __forceinline__ void mma_bf16_m16n8k16(float* d, const u32 (&a)[4], u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Stage window w (k [w F4S_WIN_K, + F4S_WIN_K), within kdim) of the tile's
+// token rows (s.src, -1 a zero row; 2 kdim bytes a row) into buffer b.
+template <int NT>
+__device__ __forceinline__ void f4s_stage(F4SyncSmem<NT>& s, int b, const u8* rows, int kdim, int w) {
+    constexpr int PR = F4S_WIN_K / 8; // 16-byte pieces a row
+    int col = threadIdx.x % PR, k = w * F4S_WIN_K + col * 8;
+    if (k >= kdim) return;
+#pragma unroll
+    for (int r = threadIdx.x / PR; r < NT; r += KMOE_THREADS / PR) {
+        int row = s.src[r];
+        cp_async16(&s.x[b][r][col * 16], rows + (u64)(row < 0 ? 0 : row) * 2 * kdim + 2 * k, row >= 0);
+    }
+}
+
+// AH: the 128-k steps of weights each thread has in flight in registers.
+template <int NT, int AH>
+__device__ __forceinline__ void f4s_k_loop(float (&acc)[NT / 2], F4SyncSmem<NT>& s, const u8* rows, int kdim,
+                                           const uint4* __restrict__ wq, const u32* __restrict__ wsc) {
+    constexpr int WS = F4S_WIN_K / 128;
+    int nstep = kdim / 128;
+    uint4 raw[AH][2];
+    u32 rsc[AH][2];
+    f4_load_first<AH>(raw, rsc, wq, wsc, nstep);
+    pdl_wait(); // GEMM2: the weights above are loaded before GEMM1 ends, the tokens below after
+    f4s_stage<NT>(s, 0, rows, kdim, 0);
+    cp_async_commit();
+    int lane = threadIdx.x & 31;
+    const u32 xa = smem_addr(&s.x[0][lane & 7][16 * (lane >> 3)]); // this lane's ldmatrix row
+    u32 a[4][4];
+    for (int c0 = 0; c0 < nstep; c0 += AH) {
+#pragma unroll
+        for (int u = 0; u < AH; u++) {
+            int c = c0 + u;
+            if (c >= nstep) break;
+            int j = c % WS, w = c / WS;
+            if (j == 0) {
+                cp_async_wait<0>();
+                __syncthreads(); // window w has landed, every thread's copies; every warp is past window w - 1
+                if ((w + 1) * WS < nstep) f4s_stage<NT>(s, (w + 1) & 1, rows, kdim, w + 1);
+                cp_async_commit();
+            }
+            u32 xs = xa + (w & 1) * (NT * F4S_ROW) + j * 256;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                u32 b0, b1;
+                f4_mults(rsc[u][h], &b0, &b1);
+                f4_widen(a[0], raw[u][h].x, b0);
+                f4_widen(a[1], raw[u][h].y, b0);
+                f4_widen(a[2], raw[u][h].z, b1);
+                f4_widen(a[3], raw[u][h].w, b1);
+                if (c + AH < nstep) { // the words are free once widened
+                    raw[u][h] = __ldg(wq + (2 * (c + AH) + h) * 128);
+                    rsc[u][h] = __ldg(wsc + (2 * (c + AH) + h) * 128);
+                }
+#pragma unroll
+                for (int q = 0; q < 4; q += 2) {
+#pragma unroll
+                    for (int g = 0; g < NT / 8; g++) {
+                        u32 bm[4];
+                        ldsm_x4(bm, xs + g * 8 * F4S_ROW + h * 128 + q * 32);
+                        mma_bf16_m16n8k16(&acc[4 * g], a[q], bm[0], bm[1]);
+                        mma_bf16_m16n8k16(&acc[4 * g], a[q + 1], bm[2], bm[3]);
+                    }
+                }
+            }
+        }
+    }
+    cp_async_wait<0>();
+}
+
+template <int NT, bool SYNC>
+struct F4SmemOf {
+    typedef F4Smem<NT> T;
+};
+template <int NT>
+struct F4SmemOf<NT, true> {
+    typedef F4SyncSmem<NT> T;
+};
+#endif
+
 // GEMM1 with the activation and MXFP8 requantization: CTA x takes
 // intermediate features [64x, 64x + 64), warpgroup h the 32 of
 // [64x + 32h, +32) (their up and gate rows: f4Row31), so warp w's
@@ -1313,16 +1467,18 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
 // and gate (i >= 2) of feature 64x + 8w + l/4: the grouped GEMM1's
 // register layout, whose epilogue (act_requant_store) it shares, writing
 // the intermediate as BF16 for GEMM2. grid.x = N / 64.
-template <int NT>
+// SYNC: 0 for the wgmma loop, else the mma.sync loop with SYNC steps ahead.
+template <int NT, int SYNC>
 __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
 #if defined(WG_ENABLED)
     extern __shared__ __align__(128) u8 f4_smem_raw[];
-    F4Smem<NT>& s = *(F4Smem<NT>*)f4_smem_raw;
+    typedef typename F4SmemOf<NT, SYNC != 0>::T Smem;
+    Smem& s = *(Smem*)f4_smem_raw;
     __shared__ u32 s_amax[8][NT];
+    pdl_wait(); // the routing and x (the prologue)
+    pdl_trigger();
     Tile tl;
-    if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, &tl)) return;
-    if (threadIdx.x < NT) s.src[threadIdx.x] = threadIdx.x < tl.count ? a.perm[tl.row0 + threadIdx.x] / a.top_k : -1;
-    __syncthreads();
+    if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, a.perm, a.top_k, s.src, &tl)) return;
     int tid = threadIdx.x & 127, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int nchunk = a.k / KMOE_WG_CHUNK_K;
     u64 group = (u64)tl.expert * (a.n / 32) + blockIdx.x * 2 + (threadIdx.x >> 7);
@@ -1331,7 +1487,8 @@ __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
     float acc[NT / 2];
 #pragma unroll
     for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
-    f4_k_loop<NT>(acc, s, a.xbf, a.k, wq, wsc);
+    if constexpr (SYNC != 0) f4s_k_loop<NT, SYNC>(acc, s, a.xbf, a.k, wq, wsc);
+    else f4_k_loop<NT>(acc, s, a.xbf, a.k, wq, wsc);
     const float* p = a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE;
     act_requant_store<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), (tl.count + 7) / 8, tl.count, s_amax, warp,
                               (warp >> 2) * 4, p, a.kind, a.chain, a.recipe, lane >> 2, lane & 3, nullptr, nullptr,
@@ -1341,15 +1498,19 @@ __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
 
 // GEMM2: y[row, f] for the tile's tokens and output features [128x,
 // 128x + 128), warpgroup h the 64 of [128x + 64h, +64). grid.x = K / 128.
-template <int NT>
+// SYNC: 0 for the wgmma loop, else the mma.sync loop with SYNC steps ahead.
+template <int NT, int SYNC>
 __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
 #if defined(WG_ENABLED)
     extern __shared__ __align__(128) u8 f4_smem_raw[];
-    F4Smem<NT>& s = *(F4Smem<NT>*)f4_smem_raw;
+    typedef typename F4SmemOf<NT, SYNC != 0>::T Smem;
+    Smem& s = *(Smem*)f4_smem_raw;
+    // Launched while GEMM1 runs (launchPDL), after every GEMM1 CTA has
+    // passed its pdl_wait: the routing is complete, GEMM1's intermediate
+    // is waited for in the k loop, after the first weights are loaded.
+    pdl_trigger();
     Tile tl;
-    if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, &tl)) return;
-    if (threadIdx.x < NT) s.src[threadIdx.x] = threadIdx.x < tl.count ? tl.row0 + threadIdx.x : -1;
-    __syncthreads();
+    if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, nullptr, 0, s.src, &tl)) return;
     int tid = threadIdx.x & 127, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int nchunk = a.n / KMOE_WG_CHUNK_K;
     u64 group = (u64)tl.expert * (a.k / 64) + blockIdx.x * 2 + (threadIdx.x >> 7);
@@ -1358,7 +1519,8 @@ __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
     float acc[NT / 2];
 #pragma unroll
     for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
-    f4_k_loop<NT>(acc, s, a.aqbf, a.n, wq, wsc);
+    if constexpr (SYNC != 0) f4s_k_loop<NT, SYNC>(acc, s, a.aqbf, a.n, wq, wsc);
+    else f4_k_loop<NT>(acc, s, a.aqbf, a.n, wq, wsc);
     int f = blockIdx.x * 128 + warp * 16 + (lane >> 2);
 #pragma unroll
     for (int i = 0; i < NT / 2; i++) {
@@ -1374,16 +1536,25 @@ __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
 // against three), three at 16 and 32 (85; M=16 0.261 -> 0.223 ms against
 // two, M=64 0.341 -> 0.304), two at 64, one at 128.
 static_assert(KMOE_F4_TILE_MAX == 128, "the instances below");
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 4) kmoe_f4_gemm1_act_t8(const F4Gemm1Args a) { f4_gemm1_act<8>(a); }
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_t16(const F4Gemm1Args a) { f4_gemm1_act<16>(a); }
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_t32(const F4Gemm1Args a) { f4_gemm1_act<32>(a); }
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm1_act_t64(const F4Gemm1Args a) { f4_gemm1_act<64>(a); }
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm1_act_t128(const F4Gemm1Args a) { f4_gemm1_act<128>(a); }
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 4) kmoe_f4_gemm2_t8(const F4Gemm2Args a) { f4_gemm2<8>(a); }
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t16(const F4Gemm2Args a) { f4_gemm2<16>(a); }
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t32(const F4Gemm2Args a) { f4_gemm2<32>(a); }
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm2_t64(const F4Gemm2Args a) { f4_gemm2<64>(a); }
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm2_t128(const F4Gemm2Args a) { f4_gemm2<128>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 4) kmoe_f4_gemm1_act_t8(const F4Gemm1Args a) { f4_gemm1_act<8, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_t16(const F4Gemm1Args a) { f4_gemm1_act<16, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_t32(const F4Gemm1Args a) { f4_gemm1_act<32, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm1_act_t64(const F4Gemm1Args a) { f4_gemm1_act<64, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm1_act_t128(const F4Gemm1Args a) { f4_gemm1_act<128, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 4) kmoe_f4_gemm2_t8(const F4Gemm2Args a) { f4_gemm2<8, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t16(const F4Gemm2Args a) { f4_gemm2<16, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t32(const F4Gemm2Args a) { f4_gemm2<32, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm2_t64(const F4Gemm2Args a) { f4_gemm2<64, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm2_t128(const F4Gemm2Args a) { f4_gemm2<128, 0>(a); }
+// The mma.sync loop's instances (f4sTiles; steps ahead and CTAs an SM from
+// f4sAhead and f4sBlocks in abi.go), and GEMM2's 8-token variant for grids
+// that fill under two CTAs an SM (f4sDeep2): more weights in flight a
+// thread, more registers, fewer CTAs an SM.
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_BLOCKS_T8) kmoe_f4s_gemm1_act_t8(const F4Gemm1Args a) { f4_gemm1_act<8, KMOE_F4S_AHEAD_T8>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_BLOCKS_T16) kmoe_f4s_gemm1_act_t16(const F4Gemm1Args a) { f4_gemm1_act<16, KMOE_F4S_AHEAD_T16>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_BLOCKS_T8) kmoe_f4s_gemm2_t8(const F4Gemm2Args a) { f4_gemm2<8, KMOE_F4S_AHEAD_T8>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_BLOCKS_T16) kmoe_f4s_gemm2_t16(const F4Gemm2Args a) { f4_gemm2<16, KMOE_F4S_AHEAD_T16>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_DEEP2_BLOCKS) kmoe_f4s_gemm2_t8_deep(const F4Gemm2Args a) { f4_gemm2<8, KMOE_F4S_DEEP2_AHEAD>(a); }
 
 // ------------------------------------------------------ the decode path --
 //
@@ -1639,6 +1810,7 @@ extern "C" __global__ void __launch_bounds__(KMOE_DECODE_THREADS) kmoe_decode_ge
 // KMOE_FINALIZE_COLS. No atomics.
 static_assert(KMOE_FINALIZE_COLS == KMOE_THREADS, "one column per thread");
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_finalize(const FinalizeArgs a) {
+    pdl_wait(); // y (GEMM2)
     int tok = blockIdx.x;
     int f = blockIdx.y * blockDim.x + threadIdx.x;
     int topk = a.top_k, K = a.k;
