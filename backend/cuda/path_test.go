@@ -55,9 +55,18 @@ func TestF4TileTokens(t *testing.T) {
 // The barrier-free loop's tiles are tiles of the path, and the ones M up
 // to 48 takes (f4TileTokens).
 func TestF4SyncTiles(t *testing.T) {
+	// Shared memory an SM on sm_90: 228 KB, 1 KB of it reserved a CTA
+	// (CUDA C++ Programming Guide, compute capability 9.0).
+	const smemSM, reservedCTA = 228 << 10, 1 << 10
+	if w := abiF4SWinK; w%128 != 0 || abiThreads%(w/8) != 0 {
+		t.Errorf("a %d-k token window is not whole steps, or its rows not whole passes of the CTA", w)
+	}
 	for _, nt := range f4sTiles {
 		if !slices.Contains(f4Tiles, nt) || f4sAhead[nt] < 1 {
 			t.Errorf("tile %d: not a wgmma-fp4 tile, or %d steps ahead", nt, f4sAhead[nt])
+		}
+		if need := f4sBlocks[nt] * (f4sSmem(nt) + reservedCTA + 4<<10); need > smemSM { // 4 KB: the epilogue's static arrays, generously
+			t.Errorf("tile %d: %d CTAs an SM need %d bytes of shared memory", nt, f4sBlocks[nt], need)
 		}
 	}
 	l := &Layer{}
