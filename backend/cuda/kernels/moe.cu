@@ -1458,6 +1458,21 @@ template <int NT>
 struct F4SmemOf<NT, true> {
     typedef F4SyncSmem<NT> T;
 };
+
+// acc = this warpgroup's 64 weight rows (row group `group` of the layout:
+// payload w, scales ws, kdim / 64 chunks a group) x the tile's tokens
+// (rows, kdim k a row), by the loop SYNC picks: the k loop of both GEMMs.
+template <int NT, int SYNC, typename Smem>
+__device__ __forceinline__ void f4_tile_mma(float (&acc)[NT / 2], Smem& s, const u8* rows, int kdim, const u8* w,
+                                            const u8* ws, u64 group) {
+    int tid = threadIdx.x & 127, nchunk = kdim / KMOE_WG_CHUNK_K;
+    const uint4* wq = (const uint4*)(w + group * nchunk * F4_CHUNK_BYTES) + tid;
+    const u32* wsc = (const u32*)(ws + group * nchunk * F4_CHUNK_SCALES) + tid;
+#pragma unroll
+    for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
+    if constexpr (SYNC != 0) f4s_k_loop<NT, SYNC>(acc, s, rows, kdim, wq, wsc);
+    else f4_k_loop<NT>(acc, s, rows, kdim, wq, wsc);
+}
 #endif
 
 // GEMM1 with the activation and MXFP8 requantization: CTA x takes
@@ -1479,16 +1494,10 @@ __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
     pdl_trigger();
     Tile tl;
     if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, a.perm, a.top_k, s.src, &tl)) return;
-    int tid = threadIdx.x & 127, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int nchunk = a.k / KMOE_WG_CHUNK_K;
-    u64 group = (u64)tl.expert * (a.n / 32) + blockIdx.x * 2 + (threadIdx.x >> 7);
-    const uint4* wq = (const uint4*)(a.w + group * nchunk * F4_CHUNK_BYTES) + tid;
-    const u32* wsc = (const u32*)(a.ws + group * nchunk * F4_CHUNK_SCALES) + tid;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float acc[NT / 2];
-#pragma unroll
-    for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
-    if constexpr (SYNC != 0) f4s_k_loop<NT, SYNC>(acc, s, a.xbf, a.k, wq, wsc);
-    else f4_k_loop<NT>(acc, s, a.xbf, a.k, wq, wsc);
+    u64 group = (u64)tl.expert * (a.n / 32) + blockIdx.x * 2 + (threadIdx.x >> 7); // this warpgroup's 64 rows
+    f4_tile_mma<NT, SYNC>(acc, s, a.xbf, a.k, a.w, a.ws, group);
     const float* p = a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE;
     act_requant_store<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), (tl.count + 7) / 8, tl.count, s_amax, warp,
                               (warp >> 2) * 4, p, a.kind, a.chain, a.recipe, lane >> 2, lane & 3, nullptr, nullptr,
@@ -1511,16 +1520,10 @@ __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
     pdl_trigger();
     Tile tl;
     if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, nullptr, 0, s.src, &tl)) return;
-    int tid = threadIdx.x & 127, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int nchunk = a.n / KMOE_WG_CHUNK_K;
-    u64 group = (u64)tl.expert * (a.k / 64) + blockIdx.x * 2 + (threadIdx.x >> 7);
-    const uint4* wq = (const uint4*)(a.w + group * nchunk * F4_CHUNK_BYTES) + tid;
-    const u32* wsc = (const u32*)(a.ws + group * nchunk * F4_CHUNK_SCALES) + tid;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float acc[NT / 2];
-#pragma unroll
-    for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
-    if constexpr (SYNC != 0) f4s_k_loop<NT, SYNC>(acc, s, a.aqbf, a.n, wq, wsc);
-    else f4_k_loop<NT>(acc, s, a.aqbf, a.n, wq, wsc);
+    u64 group = (u64)tl.expert * (a.k / 64) + blockIdx.x * 2 + (threadIdx.x >> 7); // this warpgroup's 64 rows
+    f4_tile_mma<NT, SYNC>(acc, s, a.aqbf, a.n, a.w, a.ws, group);
     int f = blockIdx.x * 128 + warp * 16 + (lane >> 2);
 #pragma unroll
     for (int i = 0; i < NT / 2; i++) {
