@@ -221,14 +221,26 @@ func bindAll[A any](m cuModule, specs map[int]kernelSpec, smem func(int) int) (m
 	out := map[int]kernel[A]{}
 	var errs []error
 	for v, spec := range specs {
-		k, err := bind[A](m, spec)
-		if err == nil && smem != nil {
-			err = cuFuncSetMaxDynamicSmem(k.fn, smem(v))
+		var k kernel[A]
+		var err error
+		if smem != nil {
+			k, err = bindSmem[A](m, spec, smem(v))
+		} else {
+			k, err = bind[A](m, spec)
 		}
 		errs = append(errs, err)
 		out[v] = k
 	}
 	return out, errors.Join(errs...)
+}
+
+// bindSmem binds spec and lets it use smem bytes of dynamic shared memory.
+func bindSmem[A any](m cuModule, spec kernelSpec, smem int) (kernel[A], error) {
+	k, err := bind[A](m, spec)
+	if err == nil {
+		err = cuFuncSetMaxDynamicSmem(k.fn, smem)
+	}
+	return k, err
 }
 
 // kernels are the module's entry points, typed.
@@ -301,9 +313,8 @@ func loadKernels(m cuModule) (*kernels, error) {
 	add(err)
 	k.f4sGemm2, err = bindAll[f4Gemm2Args](m, kF4SGemm2, f4sSmem)
 	add(err)
-	deep2, err := bindAll[f4Gemm2Args](m, map[int]kernelSpec{8: kF4SGemm2Deep}, f4sSmem)
+	k.f4sGemm2Deep, err = bindSmem[f4Gemm2Args](m, kF4SGemm2Deep, f4sSmem(8))
 	add(err)
-	k.f4sGemm2Deep = deep2[8]
 	return k, errors.Join(errs...)
 }
 
@@ -582,7 +593,7 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 
 // uploadWeights copies the weights and activation parameters to the device.
 func (l *Layer) uploadWeights() error {
-	b, w, spec := l.b, l.w, l.spec
+	w, spec := l.w, l.spec
 	l.epRank = spec.EP.Normalize().Rank
 	params := packParams(spec.Params)
 	d31, d31s := decodeW31(w)
@@ -595,10 +606,7 @@ func (l *Layer) uploadWeights() error {
 	if err := l.uploadWG(); err != nil {
 		return errors.Join(err, l.free())
 	}
-	if err := l.uploadF4(); err != nil {
-		return errors.Join(err, l.free())
-	}
-	if err := cuStreamSync(b.stream); err != nil {
+	if err := l.uploadF4(); err != nil { // uploadAll has waited for each copy
 		return errors.Join(err, l.free())
 	}
 	return nil
@@ -1013,33 +1021,9 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 		}
 	}
 	maxTiles := (entries+tt-1)/tt + w.E
-	gemm1 := func() error {
-		return k.gemm1[tt].launch([3]int{w.N / abiGemm1Features, maxTiles, 1}, s,
-			&gemm1Args{XQ: ws.xq, XS: ws.xs, W31: l.w31, W31S: l.w31s, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
-				Params: l.params, AQ: ws.aq, AQS: ws.aqs, K: i32(w.K), N: i32(w.N), TopK: i32(topk), ELocal: i32(w.E),
-				Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
-	}
-	gemm2 := func() error {
-		return k.gemm2[tt].launch([3]int{w.K / abiGemm2Rows, maxTiles, 1}, s,
-			&gemm2Args{AQ: ws.aq, AQS: ws.aqs, W2: l.w2, W2S: l.w2s, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
-				N: i32(w.N), K: i32(w.K), ELocal: i32(w.E)})
-	}
-	nblocks := m * w.K / 32
-	xstep := step{"quantize_x", func() error {
-		if ws.form != formFloat {
-			return nil
-		}
-		return k.quantizeX.launch([3]int{(nblocks*32 + abiThreads - 1) / abiThreads, 1, 1}, s,
-			&quantizeXArgs{X: ws.x, Codes: ws.xq, Scales: ws.xs, NBlocks: i32(nblocks), Recipe: recipe})
-	}}
-	bn := l.wgRows
-	if wg || f4 {
-		xstep = step{"x_bf16", func() error {
-			return k.xBF16.launch([3]int{(nblocks*32 + abiThreads - 1) / abiThreads, 1, 1}, s,
-				&xBF16Args{X: ws.x, Codes: ws.xq, Scales: ws.xs, Out: ws.xbf, NBlocks: i32(nblocks), Recipe: recipe, Form: form})
-		}}
-	}
-	if f4 {
+	var gemm1, gemm2 func() error
+	switch {
+	case f4:
 		g1, g2, smem := k.f4Gemm1[tt], k.f4Gemm2[tt], f4Smem(tt)
 		if l.f4SyncLoop(tt) {
 			g1, g2, smem = k.f4sGemm1[tt], k.f4sGemm2[tt], f4sSmem(tt)
@@ -1062,8 +1046,8 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 				&f4Gemm2Args{AQBF: ws.aqbf, W: l.f4W2, WS: l.f4W2S, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
 					N: i32(w.N), K: i32(w.K), ELocal: i32(w.E)})
 		}
-	}
-	if wg {
+	case wg:
+		bn := l.wgRows
 		gemm1 = func() error {
 			return k.wgGemm1[bn].launchWith([3]int{w.N / (bn / 2), maxTiles, 1}, abiThreads, wgSmem(bn), s,
 				&wgGemm1Args{XBF: ws.xbf, W: l.wgW31, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
@@ -1075,6 +1059,32 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 				&wgGemm2Args{AQBF: ws.aqbf, W: l.wgW2, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
 					N: i32(w.N), K: i32(w.K), ELocal: i32(w.E)})
 		}
+	default: // the mma.sync GEMMs
+		gemm1 = func() error {
+			return k.gemm1[tt].launch([3]int{w.N / abiGemm1Features, maxTiles, 1}, s,
+				&gemm1Args{XQ: ws.xq, XS: ws.xs, W31: l.w31, W31S: l.w31s, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
+					Params: l.params, AQ: ws.aq, AQS: ws.aqs, K: i32(w.K), N: i32(w.N), TopK: i32(topk), ELocal: i32(w.E),
+					Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
+		}
+		gemm2 = func() error {
+			return k.gemm2[tt].launch([3]int{w.K / abiGemm2Rows, maxTiles, 1}, s,
+				&gemm2Args{AQ: ws.aq, AQS: ws.aqs, W2: l.w2, W2S: l.w2s, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
+					N: i32(w.N), K: i32(w.K), ELocal: i32(w.E)})
+		}
+	}
+	nblocks := m * w.K / 32
+	xstep := step{"quantize_x", func() error {
+		if ws.form != formFloat {
+			return nil
+		}
+		return k.quantizeX.launch([3]int{(nblocks*32 + abiThreads - 1) / abiThreads, 1, 1}, s,
+			&quantizeXArgs{X: ws.x, Codes: ws.xq, Scales: ws.xs, NBlocks: i32(nblocks), Recipe: recipe})
+	}}
+	if wg || f4 { // the BF16 GEMMs read x as BF16
+		xstep = step{"x_bf16", func() error {
+			return k.xBF16.launch([3]int{(nblocks*32 + abiThreads - 1) / abiThreads, 1, 1}, s,
+				&xBF16Args{X: ws.x, Codes: ws.xq, Scales: ws.xs, Out: ws.xbf, NBlocks: i32(nblocks), Recipe: recipe, Form: form})
+		}}
 	}
 	launchFin := k.finalize.launchWith
 	if f4 && !l.noPDL { // after the wgmma-fp4 GEMM2, which triggers it
