@@ -1117,6 +1117,17 @@ __device__ __forceinline__ void f4_widen(u32 (&a)[4], u32 q, u32 mm) {
     a[3] = bf16x2_mul_half<1>(o3, mm);
 }
 
+// One 64-k chunk of a thread's weights (its four words w, its scale word
+// sc) -> the A registers of the chunk's four k16 steps.
+__device__ __forceinline__ void f4_widen_chunk(u32 (&a)[4][4], uint4 w, u32 sc) {
+    u32 b0, b1;
+    f4_mults(sc, &b0, &b1);
+    f4_widen(a[0], w.x, b0);
+    f4_widen(a[1], w.y, b0);
+    f4_widen(a[2], w.z, b1);
+    f4_widen(a[3], w.w, b1);
+}
+
 // The exhaustive test of f4_widen and f4_mults: out[4i + j] is register j
 // of word in[i] widened as block i & 1 of scale word sc[i].
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_test_f4_widen(const TestF4WidenArgs a) {
@@ -1247,12 +1258,7 @@ __device__ __forceinline__ void f4_stage(const F4Pieces<NT>& pc, int st, int c) 
 // whose descriptor is db (k16 step q at + 16 q: 256 bytes further).
 template <int NT>
 __device__ __forceinline__ void f4_chunk(float (&acc)[NT / 2], u32 (&a)[4][4], uint4 w, u32 sc, u64 db) {
-    u32 b0, b1;
-    f4_mults(sc, &b0, &b1);
-    f4_widen(a[0], w.x, b0);
-    f4_widen(a[1], w.y, b0);
-    f4_widen(a[2], w.z, b1);
-    f4_widen(a[3], w.w, b1);
+    f4_widen_chunk(a, w, sc);
     wg_fence();
 #pragma unroll
     for (int q = 0; q < 4; q++) wgmma_rs<NT>(acc, a[q], db + (u64)(wg_off(0, q * 32) >> 4));
@@ -1424,12 +1430,7 @@ __device__ __forceinline__ void f4s_k_loop(float (&acc)[NT / 2], F4SyncSmem<NT>&
             u32 xs = xa + (w & 1) * (NT * F4S_ROW) + j * 256;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                u32 b0, b1;
-                f4_mults(rsc[u][h], &b0, &b1);
-                f4_widen(a[0], raw[u][h].x, b0);
-                f4_widen(a[1], raw[u][h].y, b0);
-                f4_widen(a[2], raw[u][h].z, b1);
-                f4_widen(a[3], raw[u][h].w, b1);
+                f4_widen_chunk(a, raw[u][h], rsc[u][h]);
                 if (c + AH < nstep) { // the words are free once widened
                     raw[u][h] = __ldg(wq + (2 * (c + AH) + h) * 128);
                     rsc[u][h] = __ldg(wsc + (2 * (c + AH) + h) * 128);
