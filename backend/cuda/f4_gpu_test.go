@@ -160,14 +160,14 @@ func TestF4SyncLoop(t *testing.T) {
 	if err := l.SetDecodeMaxM(-1); err != nil {
 		t.Fatal(err)
 	}
-	setNoSync := func(v bool) {
+	set := func(noSync, noPDL bool) { // the loop and the launch, as KIMIMOE_FP4_SYNC=0 and KIMIMOE_PDL=0 set them
 		t.Helper()
-		if err := l.reconfigure(func() error { l.f4NoSync = v; return nil }); err != nil {
+		if err := l.reconfigure(func() error { l.f4NoSync, l.noPDL = noSync, noPDL; return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, m := range []int{1, 3, 8, 24, 32, 48} {
-		setNoSync(false)
+		set(false, false)
 		if l.PathFor(m) != "wgmma-fp4" || !l.f4SyncLoop(f4TileTokens(m)) {
 			t.Fatalf("M=%d: path %s, tile %d, not the mma.sync loop", m, l.PathFor(m), f4TileTokens(m))
 		}
@@ -178,7 +178,7 @@ func TestF4SyncLoop(t *testing.T) {
 		}
 		var outs [2][]float32
 		for i, noSync := range []bool{false, true} {
-			setNoSync(noSync)
+			set(noSync, false)
 			outs[i] = nanFilledOut(m * w.K)
 			if err := l.Forward(outs[i], &c.Input, nil); err != nil {
 				t.Fatal(err)
@@ -187,15 +187,9 @@ func TestF4SyncLoop(t *testing.T) {
 		comparePaths(t, o, &c.Input, w.K, [2]string{"mma.sync loop", "wgmma loop"}, outs)
 		// Programmatic dependent launch changes when kernels start, not
 		// what they compute: without it, the same bits.
-		setNoSync(false)
-		if err := l.reconfigure(func() error { l.noPDL = true; return nil }); err != nil {
-			t.Fatal(err)
-		}
+		set(false, true)
 		plain := nanFilledOut(m * w.K)
 		if err := l.Forward(plain, &c.Input, nil); err != nil {
-			t.Fatal(err)
-		}
-		if err := l.reconfigure(func() error { l.noPDL = false; return nil }); err != nil {
 			t.Fatal(err)
 		}
 		for i := range plain {
@@ -205,7 +199,7 @@ func TestF4SyncLoop(t *testing.T) {
 		}
 	}
 
-	setNoSync(false)
+	set(false, false)
 	s.M, s.Seed = 1, 9199
 	c, err := validation.GenerateCase(s, w)
 	if err != nil {
