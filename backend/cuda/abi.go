@@ -345,7 +345,7 @@ type wgGemm2Args struct {
 // intermediate as BF16 as on the wgmma path.
 const (
 	f4ChunkBytes   = 128 * 16 // payload of one 64-row group and 64-k chunk
-	f4ChunkScales  = 128 * 4  // its scale bytes
+	f4ChunkScales  = 32 * 4   // its scale bytes: one word a quad (its four threads share rows and blocks)
 	abiF4TileMax   = 128      // the largest token tile
 	abiF4RowsGemm1 = 64       // intermediate features per GEMM1 CTA (two warpgroups of 32)
 	abiF4RowsGemm2 = 128      // output rows per GEMM2 CTA (two warpgroups of 64)
@@ -359,11 +359,14 @@ var f4Tiles = []int{8, 16, 32, 64, 128}
 var f4Stages = map[int]int{8: 8, 16: 6, 32: 5, 64: 4, 128: 3}
 
 // f4Ahead are the 128-k steps of weights each thread has in flight in
-// registers, per tile size: 4 words and a scale word a chunk, two chunks a
-// step, so each step costs 10 registers. Measured on the H200 (docs/PERF.md
-// f11): 3 at 16 tokens and 4 at 64 beat 2 by 4-5%; 3 at 8 tokens (held to
-// 64 registers) lost 16% at M=8, 3 or 4 at 32 lost 8-45% at M=64.
-var f4Ahead = map[int]int{8: 2, 16: 3, 32: 2, 64: 4, 128: 2}
+// registers, per tile size, on the wgmma loop: 4 words a chunk, two chunks
+// a step, and a 16-byte scale load a step pair (F4Scales: even counts
+// only), so each step costs 10 registers. Measured on the H200
+// (docs/PERF.md f11): 4 at 64 beat 2 by 4-5%; 3 at 8 tokens (held to 64
+// registers) lost 16% at M=8, 3 or 4 at 32 lost 8-45% at M=64. 16 tokens
+// took 3 (4-5% ahead of 2) until the scale pairs (f15) made counts even;
+// they run this loop only with KIMIMOE_FP4_SYNC=0.
+var f4Ahead = map[int]int{8: 2, 16: 2, 32: 2, 64: 4, 128: 2}
 
 // f4Smem is sizeof(F4Smem<nt>): the staged tokens (128 k a stage) and the
 // tile's source rows.

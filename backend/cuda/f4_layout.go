@@ -14,9 +14,16 @@ import (
 //
 // Layout, per expert, 64-row group and 64-k chunk: 2048 bytes of payload,
 // thread tid of the warpgroup at bytes [16 tid, 16 tid + 16), four 32-bit
-// words, word q for the chunk's k16 step q; then, separately, 512 bytes of
-// scales, thread tid at [4 tid, 4 tid + 4). So a warp's loads are 512 and
-// 128 contiguous bytes.
+// words, word q for the chunk's k16 step q. Separately, the scales: one
+// 4-byte word a quad (tid/4) a chunk, since the four threads of a quad hold
+// the same two rows and the same two 32-k blocks (each scale stored once:
+// 4.25 bits a weight in all), and the words of four consecutive chunks c
+// (two 128-k steps) side by side, so one 16-byte load brings a quad two
+// steps' scales: chunk c's word at byte ((c/4) 32 + tid/4) 16 + (c%4) 4 of
+// the group, whose chunks are padded to a multiple of four (f4Chunks4).
+// Stored a word a thread a chunk, the scales were 4x their size and one
+// load a chunk: docs/PERF.md f15. So a warp's loads are 512 bytes of
+// payload and 128 of scales (every other step), each contiguous.
 //
 // Word q holds the wgmma A fragment's four registers j = 0..3, each two
 // BF16 halves h (the PTX register-A map for BF16: thread tid = 32w + l,
@@ -39,8 +46,8 @@ import (
 // weight block of magnitude above 12) leave the layer without this path
 // (f4WhyNot); the other paths take it, exactly.
 //
-// Scale bytes of thread tid, chunk c: [row r0 block 2c, r0 block 2c+1,
-// r1 block 2c, r1 block 2c+1], r0 = 16w + l/4, r1 = r0 + 8.
+// Scale word of quad tid/4, chunk c: bytes [row r0 block 2c, r0 block
+// 2c+1, r1 block 2c, r1 block 2c+1], r0 = 16w + l/4, r1 = r0 + 8.
 
 // f4MaxScale is the largest E8M0 weight scale the widening takes exactly.
 const f4MaxScale = 128
@@ -67,6 +74,14 @@ func f4Element(tid, q, j, h int) (row, k int) {
 	return 16*w + l/4 + 8*(j&1), 16*q + 2*(l%4) + h + 8*(j>>1)
 }
 
+// f4Chunks4 is a group's chunk count for its scales: chunks padded to a
+// multiple of four (zero words, never widened).
+func f4Chunks4(chunks int) int { return (chunks + 3) &^ 3 }
+
+// f4ScaleByte is byte i of the scale word of thread tid's quad, chunk c,
+// within its group's scales.
+func f4ScaleByte(tid, c, i int) int { return ((c/4)*32+tid/4)*16 + (c%4)*4 + i }
+
 // f4Arrange arranges one matrix set: e experts of rows rows of k elements
 // (packed [e][rows][k/2], scales [e][rows][k/32]; rows a multiple of 64, k
 // of 64) as e x rows/64 x k/64 blocks, group row r of group gi being
@@ -75,13 +90,14 @@ func f4Element(tid, q, j, h int) (row, k int) {
 func f4Arrange(packed, scales []uint8, e, rows, k int, rowOf func(gi, r int) int) (payload, sc []uint8) {
 	groups, chunks := rows/64, k/abiWGChunkK
 	payload = make([]uint8, e*groups*chunks*f4ChunkBytes)
-	sc = make([]uint8, e*groups*chunks*f4ChunkScales)
+	chunks4 := f4Chunks4(chunks)
+	sc = make([]uint8, e*groups*chunks4*f4ChunkScales)
 	rowBytes, kbs := k/2, k/32
 	parallel.For(e*groups, func(job int) { // job = expert * groups + group
 		ex, gi := job/groups, job%groups
 		for c := range chunks {
 			blk := payload[(job*chunks+c)*f4ChunkBytes:]
-			sblk := sc[(job*chunks+c)*f4ChunkScales:]
+			sgrp := sc[job*chunks4*f4ChunkScales:]
 			for tid := range 128 {
 				for q := range 4 {
 					var word uint32
@@ -97,10 +113,10 @@ func f4Arrange(packed, scales []uint8, e, rows, k int, rowOf func(gi, r int) int
 					o := 16*tid + 4*q
 					blk[o], blk[o+1], blk[o+2], blk[o+3] = uint8(word), uint8(word>>8), uint8(word>>16), uint8(word>>24)
 				}
-				for i := range 4 {
+				for i := range 4 { // the quad's word, written by each of its threads alike
 					r, _ := f4Element(tid, 0, i>>1, 0)
 					src := ex*rows + rowOf(gi, r)
-					sblk[4*tid+i] = scales[src*kbs+2*c+(i&1)] + 126
+					sgrp[f4ScaleByte(tid, c, i)] = scales[src*kbs+2*c+(i&1)] + 126
 				}
 			}
 		}

@@ -80,7 +80,7 @@ func TestF4ArrangeReadsBack(t *testing.T) {
 	} {
 		payload, sc := m.arrange(w)
 		groups, chunks := m.rows/64, m.k/abiWGChunkK
-		if len(payload) != w.E*groups*chunks*f4ChunkBytes || len(sc) != w.E*groups*chunks*f4ChunkScales {
+		if len(payload) != w.E*groups*chunks*f4ChunkBytes || len(sc) != w.E*groups*f4Chunks4(chunks)*f4ChunkScales {
 			t.Fatalf("%s: %d payload and %d scale bytes", m.name, len(payload), len(sc))
 		}
 		seen := make([]bool, w.E*m.rows*m.k)
@@ -97,7 +97,7 @@ func TestF4ArrangeReadsBack(t *testing.T) {
 							word := uint32(payload[o]) | uint32(payload[o+1])<<8 | uint32(payload[o+2])<<16 | uint32(payload[o+3])<<24
 							for j := range 4 {
 								// Registers 0 and 2 are row r0's, 1 and 3 row r1's; steps 0-1 block 0, 2-3 block 1.
-								sb := sc[blk*f4ChunkScales+4*tid+2*(j&1)+q/2]
+								sb := sc[(e*groups+gi)*f4Chunks4(chunks)*f4ChunkScales+f4ScaleByte(tid, c, 2*(j&1)+q/2)]
 								for h := range 2 {
 									r, k := f4Element(tid, q, j, h)
 									src, kk := m.rowOf(gi, r), c*abiWGChunkK+k

@@ -61,9 +61,18 @@ func TestF4SyncTiles(t *testing.T) {
 	if w := abiF4SWinK; w%128 != 0 || abiThreads%(w/8) != 0 {
 		t.Errorf("a %d-k token window is not whole steps, or its rows not whole passes of the CTA", w)
 	}
+	// Steps ahead come in pairs (F4Scales: one scale load a step pair).
+	for nt, ah := range f4Ahead {
+		if ah < 2 || ah%2 != 0 {
+			t.Errorf("tile %d: %d steps ahead on the wgmma loop, not a positive even count", nt, ah)
+		}
+	}
+	if ah := f4sDeep2.ahead; ah < 2 || ah%2 != 0 {
+		t.Errorf("GEMM2's deep variant: %d steps ahead, not a positive even count", ah)
+	}
 	for _, nt := range f4sTiles {
-		if !slices.Contains(f4Tiles, nt) || f4sAhead[nt] < 1 {
-			t.Errorf("tile %d: not a wgmma-fp4 tile, or %d steps ahead", nt, f4sAhead[nt])
+		if !slices.Contains(f4Tiles, nt) || f4sAhead[nt] < 2 || f4sAhead[nt]%2 != 0 {
+			t.Errorf("tile %d: not a wgmma-fp4 tile, or %d steps ahead (a positive even count)", nt, f4sAhead[nt])
 		}
 		if need := f4sBlocks[nt] * (f4sSmem(nt) + reservedCTA + 4<<10); need > smemSM { // 4 KB: the epilogue's static arrays, generously
 			t.Errorf("tile %d: %d CTAs an SM need %d bytes of shared memory", nt, f4sBlocks[nt], need)

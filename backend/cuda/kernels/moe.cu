@@ -1071,7 +1071,34 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_wg_gemm2_n256
 
 #define F4_CHUNK_BYTES KMOE_F4_CHUNK_BYTES
 #define F4_CHUNK_SCALES KMOE_F4_CHUNK_SCALES
-static_assert(F4_CHUNK_BYTES == 128 * 16 && F4_CHUNK_SCALES == 128 * 4, "16 payload and 4 scale bytes a thread a chunk");
+static_assert(F4_CHUNK_BYTES == 128 * 16 && F4_CHUNK_SCALES == 32 * 4, "16 payload bytes a thread and 4 scale bytes a quad a chunk");
+
+// The scale words of the AH 128-k steps a thread has in flight: its
+// quad's words of four chunks (two steps) sit side by side (f4_layout.go),
+// so one 16-byte load brings two steps' scales. wsq: the quad's words of
+// step pair 0 (pair p at + 32 p). Slot u holds steps c0 + u, c0 + u + 1
+// for even u (c0 a multiple of AH, so AH is even).
+template <int AH>
+struct F4Scales {
+    static_assert(AH % 2 == 0, "whole step pairs in flight");
+    uint4 q[AH / 2];
+    __device__ __forceinline__ void load_first(const uint4* __restrict__ wsq, int nstep) {
+#pragma unroll
+        for (int i = 0; i < AH / 2; i++) {
+            if (2 * i < nstep) q[i] = __ldg(wsq + 32 * i);
+        }
+    }
+    // The word of chunk h of the step in slot u.
+    __device__ __forceinline__ u32 word(int u, int h) const {
+        const uint4& s = q[u / 2];
+        return (u & 1) ? (h ? s.w : s.z) : (h ? s.y : s.x);
+    }
+    // Once step c (slot u) is widened: at odd u both steps of the pair
+    // are, so its slot takes steps c + AH - 1 and c + AH.
+    __device__ __forceinline__ void reload(const uint4* __restrict__ wsq, int u, int c, int nstep) {
+        if ((u & 1) && c + AH - 1 < nstep) q[u / 2] = __ldg(wsq + 32 * ((c + AH - 1) / 2));
+    }
+};
 
 // a * (the BF16 in half H of m, in both halves), round to nearest: exact
 // here (the multiplier is a power of two and the product a BF16 value).
@@ -1269,37 +1296,50 @@ __device__ __forceinline__ void f4_chunk(float (&acc)[NT / 2], u32 (&a)[4][4], u
     wg_wait<0>();
 }
 
-// The weight words of the first AH 128-k steps (of nstep), into raw and
-// rsc: first of all, since their latency is the loop's longest. Each loop
-// then reloads a chunk's words as soon as that chunk is widened.
+// A warpgroup's weight stream: this thread's payload (wq: chunk j at
+// + 128 j) and its quad's scales (F4Scales) of one 64-row group (the
+// layout of f4_layout.go: payload w, scales ws, kdim / 64 chunks a group),
+// and the words of the AH 128-k steps in flight. begin loads the first AH
+// steps: first of all, since their latency is the loop's longest; each
+// loop then reloads a chunk's words as soon as that chunk is widened.
 template <int AH>
-__device__ __forceinline__ void f4_load_first(uint4 (&raw)[AH][2], u32 (&rsc)[AH][2], const uint4* __restrict__ wq,
-                                              const u32* __restrict__ wsc, int nstep) {
+struct F4Weights {
+    const uint4* wq;
+    const uint4* wsq;
+    int nstep;
+    uint4 raw[AH][2];
+    F4Scales<AH> sc;
+    __device__ __forceinline__ void begin(const u8* w, const u8* ws, u64 group, int kdim) {
+        int tid = threadIdx.x & 127, nchunk = kdim / KMOE_WG_CHUNK_K;
+        int nchunk4 = (nchunk + 3) & ~3; // the scales' chunks, padded to whole groups of four
+        wq = (const uint4*)(w + group * nchunk * F4_CHUNK_BYTES) + tid;
+        wsq = (const uint4*)(ws + group * nchunk4 * F4_CHUNK_SCALES) + (tid >> 2);
+        nstep = nchunk / 2;
 #pragma unroll
-    for (int i = 0; i < AH; i++) {
-        if (i < nstep) {
-            for (int h = 0; h < 2; h++) {
-                raw[i][h] = __ldg(wq + (2 * i + h) * 128);
-                rsc[i][h] = __ldg(wsc + (2 * i + h) * 128);
+        for (int i = 0; i < AH; i++) {
+            if (i < nstep) {
+                for (int h = 0; h < 2; h++) raw[i][h] = __ldg(wq + (2 * i + h) * 128);
             }
         }
+        sc.load_first(wsq, nstep);
     }
-}
+    // Once chunk h of the step c in slot u is widened: its words are free,
+    // so step c + AH's are loaded into them (scales: F4Scales::reload).
+    __device__ __forceinline__ void reload(int u, int h, int c) {
+        if (c + AH < nstep) raw[u][h] = __ldg(wq + (2 * (c + AH) + h) * 128);
+        if (h == 1) sc.reload(wsq, u, c, nstep);
+    }
+};
 
 // The k loop: acc (this thread's NT/2 accumulators of its warpgroup's 64
-// rows x NT tokens) += weights x tokens over kdim k (a multiple of 128),
-// in steps of 128 k (two layout chunks). wq and wsc are this thread's
-// payload and scales of chunk 0 (chunk c at + 128 c).
-template <int NT>
+// rows x NT tokens) += weights (wt, begun) x tokens over kdim k (a
+// multiple of 128), in steps of 128 k (two layout chunks).
+template <int NT, int AH>
 __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, const u8* rows, int kdim,
-                                          const uint4* __restrict__ wq, const u32* __restrict__ wsc) {
-    int nstep = kdim / (2 * KMOE_WG_CHUNK_K);
+                                          F4Weights<AH>& wt) {
+    int nstep = wt.nstep;
     F4Pieces<NT> pc;
     f4_pieces<NT>(pc, s, rows, 2 * kdim);
-    constexpr int AH = f4_ahead<NT>();
-    uint4 raw[AH][2];
-    u32 rsc[AH][2];
-    f4_load_first<AH>(raw, rsc, wq, wsc, nstep);
     pdl_wait(); // GEMM2: the weights above are loaded before GEMM1 ends, the tokens below after
     constexpr int S = f4_stages<NT>();
     static_assert(S >= 3, "a stage refilled two steps behind");
@@ -1330,11 +1370,8 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
             // whole load (ncu: a quarter of the stall samples at M=1 and 8).
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                f4_chunk<NT>(acc, a, raw[u][h], rsc[u][h], db + h * (sizeof(s.b[0][0]) >> 4));
-                if (c + AH < nstep) {
-                    raw[u][h] = __ldg(wq + (2 * (c + AH) + h) * 128);
-                    rsc[u][h] = __ldg(wsc + (2 * (c + AH) + h) * 128);
-                }
+                f4_chunk<NT>(acc, a, wt.raw[u][h], wt.sc.word(u, h), db + h * (sizeof(s.b[0][0]) >> 4));
+                wt.reload(u, h, c);
             }
         }
     }
@@ -1403,12 +1440,9 @@ __device__ __forceinline__ void f4s_stage(F4SyncSmem<NT>& s, int b, const u8* ro
 // AH: the 128-k steps of weights each thread has in flight in registers.
 template <int NT, int AH>
 __device__ __forceinline__ void f4s_k_loop(float (&acc)[NT / 2], F4SyncSmem<NT>& s, const u8* rows, int kdim,
-                                           const uint4* __restrict__ wq, const u32* __restrict__ wsc) {
+                                           F4Weights<AH>& wt) {
     constexpr int WS = F4S_WIN_K / 128;
-    int nstep = kdim / 128;
-    uint4 raw[AH][2];
-    u32 rsc[AH][2];
-    f4_load_first<AH>(raw, rsc, wq, wsc, nstep);
+    int nstep = wt.nstep;
     pdl_wait(); // GEMM2: the weights above are loaded before GEMM1 ends, the tokens below after
     f4s_stage<NT>(s, 0, rows, kdim, 0);
     cp_async_commit();
@@ -1430,11 +1464,8 @@ __device__ __forceinline__ void f4s_k_loop(float (&acc)[NT / 2], F4SyncSmem<NT>&
             u32 xs = xa + (w & 1) * (NT * F4S_ROW) + j * 256;
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                f4_widen_chunk(a, raw[u][h], rsc[u][h]);
-                if (c + AH < nstep) { // the words are free once widened
-                    raw[u][h] = __ldg(wq + (2 * (c + AH) + h) * 128);
-                    rsc[u][h] = __ldg(wsc + (2 * (c + AH) + h) * 128);
-                }
+                f4_widen_chunk(a, wt.raw[u][h], wt.sc.word(u, h));
+                wt.reload(u, h, c);
 #pragma unroll
                 for (int q = 0; q < 4; q += 2) {
 #pragma unroll
@@ -1460,19 +1491,21 @@ struct F4SmemOf<NT, true> {
     typedef F4SyncSmem<NT> T;
 };
 
-// acc = this warpgroup's 64 weight rows (row group `group` of the layout:
-// payload w, scales ws, kdim / 64 chunks a group) x the tile's tokens
+// The steps in flight of the loop SYNC picks.
+template <int NT, int SYNC>
+__device__ constexpr int f4_tile_ahead() {
+    return SYNC != 0 ? SYNC : f4_ahead<NT>();
+}
+
+// acc = this warpgroup's 64 weight rows (wt, begun) x the tile's tokens
 // (rows, kdim k a row), by the loop SYNC picks: the k loop of both GEMMs.
 template <int NT, int SYNC, typename Smem>
-__device__ __forceinline__ void f4_tile_mma(float (&acc)[NT / 2], Smem& s, const u8* rows, int kdim, const u8* w,
-                                            const u8* ws, u64 group) {
-    int tid = threadIdx.x & 127, nchunk = kdim / KMOE_WG_CHUNK_K;
-    const uint4* wq = (const uint4*)(w + group * nchunk * F4_CHUNK_BYTES) + tid;
-    const u32* wsc = (const u32*)(ws + group * nchunk * F4_CHUNK_SCALES) + tid;
+__device__ __forceinline__ void f4_tile_mma(float (&acc)[NT / 2], Smem& s, const u8* rows, int kdim,
+                                            F4Weights<f4_tile_ahead<NT, SYNC>()>& wt) {
 #pragma unroll
     for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
-    if constexpr (SYNC != 0) f4s_k_loop<NT, SYNC>(acc, s, rows, kdim, wq, wsc);
-    else f4_k_loop<NT>(acc, s, rows, kdim, wq, wsc);
+    if constexpr (SYNC != 0) f4s_k_loop<NT, SYNC>(acc, s, rows, kdim, wt);
+    else f4_k_loop<NT>(acc, s, rows, kdim, wt);
 }
 #endif
 
@@ -1497,8 +1530,9 @@ __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
     if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, a.perm, a.top_k, s.src, &tl)) return;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float acc[NT / 2];
-    u64 group = (u64)tl.expert * (a.n / 32) + blockIdx.x * 2 + (threadIdx.x >> 7); // this warpgroup's 64 rows
-    f4_tile_mma<NT, SYNC>(acc, s, a.xbf, a.k, a.w, a.ws, group);
+    F4Weights<f4_tile_ahead<NT, SYNC>()> wt;
+    wt.begin(a.w, a.ws, (u64)tl.expert * (a.n / 32) + blockIdx.x * 2 + (threadIdx.x >> 7), a.k); // this warpgroup's 64 rows
+    f4_tile_mma<NT, SYNC>(acc, s, a.xbf, a.k, wt);
     const float* p = a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE;
     act_requant_store<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), (tl.count + 7) / 8, tl.count, s_amax, warp,
                               (warp >> 2) * 4, p, a.kind, a.chain, a.recipe, lane >> 2, lane & 3, nullptr, nullptr,
@@ -1523,8 +1557,9 @@ __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
     if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, nullptr, 0, s.src, &tl)) return;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float acc[NT / 2];
-    u64 group = (u64)tl.expert * (a.k / 64) + blockIdx.x * 2 + (threadIdx.x >> 7); // this warpgroup's 64 rows
-    f4_tile_mma<NT, SYNC>(acc, s, a.aqbf, a.n, a.w, a.ws, group);
+    F4Weights<f4_tile_ahead<NT, SYNC>()> wt;
+    wt.begin(a.w, a.ws, (u64)tl.expert * (a.k / 64) + blockIdx.x * 2 + (threadIdx.x >> 7), a.n); // this warpgroup's 64 rows
+    f4_tile_mma<NT, SYNC>(acc, s, a.aqbf, a.n, wt);
     int f = blockIdx.x * 128 + warp * 16 + (lane >> 2);
 #pragma unroll
     for (int i = 0; i < NT / 2; i++) {
