@@ -391,10 +391,11 @@ var (
 )
 
 // f4sDeep2 is GEMM2's 8-token variant for M <= f4sDeepMaxM, whose grid
-// fills under two CTAs an SM (M=1: 224 CTAs): 6 steps in flight at 128
-// registers, two CTAs an SM. Measured (docs/PERF.md f12): M=1 0.0675 ->
-// 0.0628 ms; no gain at M=2.
-var f4sDeep2 = struct{ ahead, blocks int }{6, 2}
+// fills under two CTAs an SM (M=1: 224 CTAs): 8 steps in flight at 128
+// registers, two CTAs an SM. Measured (docs/PERF.md f12, f15): 6 steps
+// took M=1 from 0.0675 to 0.0628 ms (no gain at M=2); 8 were 0.5-2% ahead
+// of 6 in four alternations over two calls.
+var f4sDeep2 = struct{ ahead, blocks int }{8, 2}
 
 const f4sDeepMaxM = 1
 
