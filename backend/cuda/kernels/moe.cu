@@ -1448,7 +1448,6 @@ __device__ __forceinline__ void f4s_k_loop(float (&acc)[NT / 2], F4SyncSmem<NT>&
     cp_async_commit();
     int lane = threadIdx.x & 31;
     const u32 xa = smem_addr(&s.x[0][lane & 7][16 * (lane >> 3)]); // this lane's ldmatrix row
-    u32 a[4][4];
     for (int c0 = 0; c0 < nstep; c0 += AH) {
 #pragma unroll
         for (int u = 0; u < AH; u++) {
@@ -1462,20 +1461,27 @@ __device__ __forceinline__ void f4s_k_loop(float (&acc)[NT / 2], F4SyncSmem<NT>&
                 cp_async_commit();
             }
             u32 xs = xa + (w & 1) * (NT * F4S_ROW) + j * 256;
+            // Each word widened just before its two MMAs: 8 A registers live,
+            // not a chunk's 16 (docs/PERF.md f16: 2-4% at M = 1..24).
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                f4_widen_chunk(a, wt.raw[u][h], wt.sc.word(u, h));
-                wt.reload(u, h, c);
+                u32 b0, b1;
+                f4_mults(wt.sc.word(u, h), &b0, &b1);
+                const u32 wds[4] = {wt.raw[u][h].x, wt.raw[u][h].y, wt.raw[u][h].z, wt.raw[u][h].w};
 #pragma unroll
                 for (int q = 0; q < 4; q += 2) {
+                    u32 a0[4], a1[4];
+                    f4_widen(a0, wds[q], q < 2 ? b0 : b1);
+                    f4_widen(a1, wds[q + 1], q < 2 ? b0 : b1);
 #pragma unroll
                     for (int g = 0; g < NT / 8; g++) {
                         u32 bm[4];
                         ldsm_x4(bm, xs + g * 8 * F4S_ROW + h * 128 + q * 32);
-                        mma_bf16_m16n8k16(&acc[4 * g], a[q], bm[0], bm[1]);
-                        mma_bf16_m16n8k16(&acc[4 * g], a[q + 1], bm[2], bm[3]);
+                        mma_bf16_m16n8k16(&acc[4 * g], a0, bm[0], bm[1]);
+                        mma_bf16_m16n8k16(&acc[4 * g], a1, bm[2], bm[3]);
                     }
                 }
+                wt.reload(u, h, c);
             }
         }
     }
