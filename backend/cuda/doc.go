@@ -55,7 +55,8 @@
 // every M up to 512 where K and N are multiples of 128 and every weight
 // scale is at most 2^1: grouped GEMMs on Hopper's warpgroup MMA with the
 // weights kept as MXFP4 in memory (re-laid at Prepare so that each
-// thread's A fragment of a 64-k chunk is one 16-byte load, f4_layout.go),
+// thread's A fragment of a 64-k chunk is one 16-byte load and its quad's
+// scales of two 128-k steps another, each scale stored once: f4_layout.go),
 // widened to BF16 in registers by a shift and a mask per pair and one
 // BF16 multiply by 2^(s-1), which is exact (every E2M1 x 2^(s-127) with s
 // <= 128 is a BF16 value, the subnormal at code 0.5 included; checked
