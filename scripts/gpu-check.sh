@@ -78,6 +78,8 @@ if [ -f .gpu/peer_moe.py ]; then
   OUT=/tmp/peer PEER_MS=1,2,4,8,16,32,128,256,512,1024,2048,8192 PYTHONUNBUFFERED=1 timeout 200 python3 .gpu/peer_moe.py > /tmp/peer/stdout.txt 2>&1
   cp /tmp/peer/peer_triton.json "$OUT/" 2>/dev/null
   grep -A14 "triton_ms" /tmp/peer/stdout.txt | tee -a "$log"
+  # The same-call ratios, per M, from the two files.
+  .gpu/kimimoe compare --bench "$OUT/bench.json" --peers "$OUT/peer_triton.json" 2>&1 | tee -a "$log"
 fi
 for tool in memcheck racecheck; do
   timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 .gpu/kimimoe validate --backend cuda --suite smoke --runs 1 > /tmp/san.txt 2>&1

@@ -46,6 +46,7 @@ func init() {
 		{"bench", "time a backend at the Kimi EP32 shape against the floor", runBench},
 		{"chains", "how far the mxfp8 and flashinfer chains are from the exact chain (oracle)", runChains},
 		{"plot", "draw a bench JSON (and a peer's) as latency against M", runPlot},
+		{"compare", "a bench JSON beside the peer's of the same call: per M, peer / kimimoe", runCompare},
 	}
 }
 

@@ -431,3 +431,51 @@ func TestLayerKnob(t *testing.T) {
 		t.Errorf("missing setting: %v", err)
 	}
 }
+
+// compare pairs bench and peer rows by M (a peer row without a time and
+// an M only one file has are left out), computes x floor and peer /
+// kimimoe from the files' numbers, and refuses files measured too far
+// apart to be one call (unless --any-time) or with no M in common.
+func TestCompareCommand(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	bench := write("bench.json", `{"backend": "cuda", "device": "GPU", "date": "2026-11-30T23:24:28Z", "rows": [
+		{"m": 1, "median_ms": 0.05, "floor_ms": 0.025, "path": "wgmma-fp4"},
+		{"m": 8, "median_ms": 0.2, "floor_ms": 0.1, "path": "wgmma-fp4"},
+		{"m": 128, "median_ms": 0.5, "floor_ms": 0.125, "path": "wgmma-fp4"}]}`)
+	peers := write("peers.json", `{"date_utc": "2026-11-30T23:26:00Z", "device": "GPU", "rows": [
+		{"M": 1, "triton_graph_ms": 0.2}, {"M": 8, "triton_graph_ms": 0}, {"M": 128, "triton_graph_ms": 0.75},
+		{"M": 512, "triton_graph_ms": 1.5}]}`)
+	out, err := capture(t, func() error { return runCompare([]string{"--bench", bench, "--peers", peers, "--markdown"}) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	// M=1: 0.05 / 0.025 = 2.00 x floor, 0.2 / 0.05 = 4.00; M=128: 4.00 and
+	// 0.75 / 0.5 = 1.50; M=8 has no peer time, M=512 no bench row.
+	for _, want := range []string{"| 1 | wgmma-fp4 | 0.0500 | 0.0250 | 2.00 | 0.200 | 4.00 |", "| 128 | wgmma-fp4 | 0.5000 | 0.1250 | 4.00 | 0.750 | 1.50 |"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("compare printed\n%s\nwithout the row %q", out, want)
+		}
+	}
+	if strings.Contains(out, "| 8 |") || strings.Contains(out, "| 512 |") {
+		t.Errorf("compare printed an M that is not in both files:\n%s", out)
+	}
+	apart := write("apart.json", `{"date_utc": "2026-11-30T21:00:00Z", "device": "GPU", "rows": [{"M": 1, "triton_graph_ms": 0.2}]}`)
+	var ue usageError
+	if _, err := capture(t, func() error { return runCompare([]string{"--bench", bench, "--peers", apart}) }); !errors.As(err, &ue) || !strings.Contains(err.Error(), "apart") {
+		t.Errorf("files measured 2h24m apart: %v, want a usage error saying so", err)
+	}
+	if _, err := capture(t, func() error { return runCompare([]string{"--bench", bench, "--peers", apart, "--any-time"}) }); err != nil {
+		t.Errorf("--any-time: %v", err)
+	}
+	none := write("none.json", `{"date_utc": "2026-11-30T23:26:00Z", "device": "GPU", "rows": [{"M": 2, "triton_graph_ms": 0.2}]}`)
+	if _, err := capture(t, func() error { return runCompare([]string{"--bench", bench, "--peers", none}) }); !errors.As(err, &ue) {
+		t.Errorf("no M in common: %v, want a usage error", err)
+	}
+}

@@ -22,7 +22,9 @@ type benchDoc struct {
 
 // peerDoc is what the peer script writes: per M, its best CUDA-graph time.
 type peerDoc struct {
-	Rows []struct {
+	DateUTC string `json:"date_utc"`
+	Device  string `json:"device"`
+	Rows    []struct {
 		M       int     `json:"M"`
 		GraphMS float64 `json:"triton_graph_ms"`
 	} `json:"rows"`
