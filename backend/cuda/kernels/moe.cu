@@ -1503,11 +1503,14 @@ __device__ constexpr int f4_tile_ahead() {
     return SYNC != 0 ? SYNC : f4_ahead<NT>();
 }
 
-// acc = this warpgroup's 64 weight rows (wt, begun) x the tile's tokens
-// (rows, kdim k a row), by the loop SYNC picks: the k loop of both GEMMs.
+// acc = this warpgroup's 64 weight rows (row group `group` of the layout:
+// payload w, scales ws) x the tile's tokens (rows, kdim k a row), by the
+// loop SYNC picks: the k loop of both GEMMs.
 template <int NT, int SYNC, typename Smem>
-__device__ __forceinline__ void f4_tile_mma(float (&acc)[NT / 2], Smem& s, const u8* rows, int kdim,
-                                            F4Weights<f4_tile_ahead<NT, SYNC>()>& wt) {
+__device__ __forceinline__ void f4_tile_mma(float (&acc)[NT / 2], Smem& s, const u8* rows, int kdim, const u8* w,
+                                            const u8* ws, u64 group) {
+    F4Weights<f4_tile_ahead<NT, SYNC>()> wt;
+    wt.begin(w, ws, group, kdim);
 #pragma unroll
     for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
     if constexpr (SYNC != 0) f4s_k_loop<NT, SYNC>(acc, s, rows, kdim, wt);
@@ -1536,9 +1539,8 @@ __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
     if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, a.perm, a.top_k, s.src, &tl)) return;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float acc[NT / 2];
-    F4Weights<f4_tile_ahead<NT, SYNC>()> wt;
-    wt.begin(a.w, a.ws, (u64)tl.expert * (a.n / 32) + blockIdx.x * 2 + (threadIdx.x >> 7), a.k); // this warpgroup's 64 rows
-    f4_tile_mma<NT, SYNC>(acc, s, a.xbf, a.k, wt);
+    u64 group = (u64)tl.expert * (a.n / 32) + blockIdx.x * 2 + (threadIdx.x >> 7); // this warpgroup's 64 rows
+    f4_tile_mma<NT, SYNC>(acc, s, a.xbf, a.k, a.w, a.ws, group);
     const float* p = a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE;
     act_requant_store<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), (tl.count + 7) / 8, tl.count, s_amax, warp,
                               (warp >> 2) * 4, p, a.kind, a.chain, a.recipe, lane >> 2, lane & 3, nullptr, nullptr,
@@ -1563,9 +1565,8 @@ __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
     if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, nullptr, 0, s.src, &tl)) return;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float acc[NT / 2];
-    F4Weights<f4_tile_ahead<NT, SYNC>()> wt;
-    wt.begin(a.w, a.ws, (u64)tl.expert * (a.k / 64) + blockIdx.x * 2 + (threadIdx.x >> 7), a.n); // this warpgroup's 64 rows
-    f4_tile_mma<NT, SYNC>(acc, s, a.aqbf, a.n, wt);
+    u64 group = (u64)tl.expert * (a.k / 64) + blockIdx.x * 2 + (threadIdx.x >> 7); // this warpgroup's 64 rows
+    f4_tile_mma<NT, SYNC>(acc, s, a.aqbf, a.n, a.w, a.ws, group);
     int f = blockIdx.x * 128 + warp * 16 + (lane >> 2);
 #pragma unroll
     for (int i = 0; i < NT / 2; i++) {
