@@ -62,16 +62,17 @@ func TestF4SyncTiles(t *testing.T) {
 		t.Errorf("a %d-k token window is not whole steps, or its rows not whole passes of the CTA", w)
 	}
 	// Steps ahead come in pairs (F4Scales: one scale load a step pair).
+	pairs := func(ah int) bool { return ah >= 2 && ah%2 == 0 }
 	for nt, ah := range f4Ahead {
-		if ah < 2 || ah%2 != 0 {
+		if !pairs(ah) {
 			t.Errorf("tile %d: %d steps ahead on the wgmma loop, not a positive even count", nt, ah)
 		}
 	}
-	if ah := f4sDeep2.ahead; ah < 2 || ah%2 != 0 {
-		t.Errorf("GEMM2's deep variant: %d steps ahead, not a positive even count", ah)
+	if !pairs(f4sDeep2.ahead) {
+		t.Errorf("GEMM2's deep variant: %d steps ahead, not a positive even count", f4sDeep2.ahead)
 	}
 	for _, nt := range f4sTiles {
-		if !slices.Contains(f4Tiles, nt) || f4sAhead[nt] < 2 || f4sAhead[nt]%2 != 0 {
+		if !slices.Contains(f4Tiles, nt) || !pairs(f4sAhead[nt]) {
 			t.Errorf("tile %d: not a wgmma-fp4 tile, or %d steps ahead (a positive even count)", nt, f4sAhead[nt])
 		}
 		if need := f4sBlocks[nt] * (f4sSmem(nt) + reservedCTA + 4<<10); need > smemSM { // 4 KB: the epilogue's static arrays, generously
