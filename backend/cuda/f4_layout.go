@@ -95,9 +95,9 @@ func f4Arrange(packed, scales []uint8, e, rows, k int, rowOf func(gi, r int) int
 	rowBytes, kbs := k/2, k/32
 	parallel.For(e*groups, func(job int) { // job = expert * groups + group
 		ex, gi := job/groups, job%groups
+		sgrp := sc[job*chunks4*f4ChunkScales:]
 		for c := range chunks {
 			blk := payload[(job*chunks+c)*f4ChunkBytes:]
-			sgrp := sc[job*chunks4*f4ChunkScales:]
 			for tid := range 128 {
 				for q := range 4 {
 					var word uint32
@@ -113,7 +113,9 @@ func f4Arrange(packed, scales []uint8, e, rows, k int, rowOf func(gi, r int) int
 					o := 16*tid + 4*q
 					blk[o], blk[o+1], blk[o+2], blk[o+3] = uint8(word), uint8(word>>8), uint8(word>>16), uint8(word>>24)
 				}
-				for i := range 4 { // the quad's word, written by each of its threads alike
+			}
+			for tid := 0; tid < 128; tid += 4 { // a word a quad: its threads share rows and blocks
+				for i := range 4 {
 					r, _ := f4Element(tid, 0, i>>1, 0)
 					src := ex*rows + rowOf(gi, r)
 					sgrp[f4ScaleByte(tid, c, i)] = scales[src*kbs+2*c+(i&1)] + 126
