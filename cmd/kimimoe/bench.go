@@ -81,6 +81,8 @@ func runBench(args []string) error {
 	wgmma := fs.Bool("wgmma", true, "cuda on sm_90: the grouped path's GEMMs on wgmma where they are faster (false: the mma.sync GEMMs, to compare)")
 	wgMinM := fs.Int("wgmma-min-m", 0, "cuda on sm_90: smallest M on the wgmma GEMMs (0: the backend's choice; 1: every grouped M)")
 	fp4MaxM := fs.Int("fp4-max-m", -1, "cuda on sm_90: largest M on the wgmma-fp4 GEMMs (MXFP4 weights widened in registers; -1: the backend's choice; 0: never)")
+	kFlag := fs.Int("k", 0, "hidden size K of the benched layer (0: Kimi's 3584); a small K and N measure the forward's fixed costs")
+	nFlag := fs.Int("n", 0, "intermediate size N of the benched layer (0: Kimi's 3072)")
 	gf := addGroupFlags(fs, "replicated, dispatch, both", "both")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -93,6 +95,14 @@ func runBench(args []string) error {
 	if err != nil {
 		return asUsage(err)
 	}
+	for _, d := range []struct {
+		flag string
+		v    int
+	}{{"--k", *kFlag}, {"--n", *nFlag}} {
+		if d.v < 0 || d.v%32 != 0 {
+			return usagef("%s %d: must be a positive multiple of 32 (MX blocks), or 0 for Kimi's", d.flag, d.v)
+		}
+	}
 	if group {
 		ms, err := parseTokenCounts(*msFlag)
 		if err != nil {
@@ -100,6 +110,9 @@ func runBench(args []string) error {
 		}
 		if gf.perRank {
 			return usagef("bench --devices runs all devices from one process (unset RANK/WORLD_SIZE)")
+		}
+		if *kFlag != 0 || *nFlag != 0 {
+			return usagef("--k and --n: not with --devices (it benches the Kimi shape)")
 		}
 		if len(ms) > 16 || *rounds < 1 || *warmup < 0 {
 			return usagef("--m: at most 16 token counts; --rounds at least 1, --warmup at least 0")
@@ -132,8 +145,14 @@ func runBench(args []string) error {
 
 	kimi := moe.KimiK3()
 	spec := validation.KimiEP32Rank7(activation.Situ, chain, mxfp.RecipeRCeil)
+	if *kFlag != 0 {
+		spec.K = *kFlag
+	}
+	if *nFlag != 0 {
+		spec.N = *nFlag
+	}
 	p := newProgress()
-	p.update("generating Kimi EP32 rank-7 weights (28 experts)")
+	p.update("generating EP32 rank-7 weights (28 experts, K=%d, N=%d)", spec.K, spec.N)
 	w, err := validation.GenerateWeights(&spec)
 	if err != nil {
 		p.done()
@@ -202,8 +221,8 @@ func runBench(args []string) error {
 		}
 		// Fewest bytes: each touched expert's weights and scales once, x in
 		// (float32), the routing, and the float32 output.
-		r.Bytes = int64(len(touched))*perExpert + int64(m*kimi.K*4) + int64(m*kimi.TopK*8) + int64(m*kimi.K*4)
-		r.FLOPs = float64(pairs) * 2 * float64(3*kimi.N*kimi.K)
+		r.Bytes = int64(len(touched))*perExpert + int64(m*spec.K*4) + int64(m*spec.TopK*8) + int64(m*spec.K*4)
+		r.FLOPs = float64(pairs) * 2 * float64(3*spec.N*spec.K)
 		p.update("uploading M=%d", m)
 		if err := timer.Upload(&c.Input); err != nil {
 			p.done()
@@ -236,8 +255,12 @@ func runBench(args []string) error {
 		return err
 	}
 	fmt.Fprintf(out, "kimimoe bench: backend %s (%s), %s\n", b.Name(), b.Capabilities().Device, time.Now().UTC().Format("2006-01-02"))
-	fmt.Fprintf(out, "shape: Kimi EP32 rank 7, K=%d N=%d, 28 local experts, top-%d with 8 slots local, SiTU, chain %v, rceil; graph=%v\n",
-		kimi.K, kimi.N, kimi.TopK, chain, *graph)
+	shape := "Kimi EP32 rank 7"
+	if spec.K != kimi.K || spec.N != kimi.N {
+		shape = "Kimi EP32 rank 7 routing at a smaller layer"
+	}
+	fmt.Fprintf(out, "shape: %s, K=%d N=%d, 28 local experts, top-%d with 8 slots local, SiTU, chain %v, rceil; graph=%v\n",
+		shape, spec.K, spec.N, spec.TopK, chain, *graph)
 	fmt.Fprintf(out, "floor = max(bytes / %.2f TB/s (copy, measured now), FLOPs / %.0f TFLOP/s (FP8 peak, torch._scaled_mm on the H200)); median of %d interleaved rounds (CUDA events) in %.1fs\n",
 		bw/1e12, *peak, *rounds, time.Since(start).Seconds())
 	fmt.Fprintf(out, "%6s %8s %8s %10s %10s %10s %9s %9s %9s %8s  %s\n", "M", "experts", "MB", "median ms", "min ms", "max ms", "GB/s", "TFLOP/s", "floor ms", "x floor", "path")
@@ -291,7 +314,7 @@ func runBench(args []string) error {
 		}
 	}
 	if *jsonPath != "" {
-		doc := map[string]any{"backend": b.Name(), "device": b.Capabilities().Device, "date": time.Now().UTC().Format(time.RFC3339),
+		doc := map[string]any{"backend": b.Name(), "device": b.Capabilities().Device, "date": time.Now().UTC().Format(time.RFC3339), "k": spec.K, "n": spec.N,
 			"copy_bandwidth_bytes_per_s": bw, "fp8_peak_tflops": *peak, "graph": *graph, "chain": chain.String(), "rounds": *rounds, "rows": rows}
 		data, err := json.MarshalIndent(doc, "", "  ")
 		if err != nil {

@@ -5,6 +5,8 @@ import (
 	"os"
 	"sort"
 	"time"
+
+	"kimimoe/moe"
 )
 
 // The performance issues ask for every kimimoe figure beside the peer's
@@ -69,6 +71,9 @@ func runCompare(args []string) error {
 	}
 	if err := readJSON(*peersPath, &peers); err != nil {
 		return asUsage(err)
+	}
+	if kimi := moe.KimiK3(); (doc.K != 0 && doc.K != kimi.K) || (doc.N != 0 && doc.N != kimi.N) {
+		return usagef("%s: benched at K=%d N=%d; the peer runs Kimi's K=%d N=%d", *benchPath, doc.K, doc.N, kimi.K, kimi.N)
 	}
 	if !*anyTime {
 		if err := sameCall(doc.Date, peers.DateUTC); err != nil {

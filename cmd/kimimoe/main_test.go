@@ -436,6 +436,15 @@ func TestLayerKnob(t *testing.T) {
 // an M only one file has are left out), computes x floor and peer /
 // kimimoe from the files' numbers, and refuses files measured too far
 // apart to be one call (unless --any-time) or with no M in common.
+func TestBenchShapeFlags(t *testing.T) {
+	for _, args := range [][]string{{"--k", "100"}, {"--n", "-32"}, {"--k", "256", "--devices", "2"}} {
+		var ue usageError
+		if _, err := capture(t, func() error { return runBench(args) }); !errors.As(err, &ue) || !strings.Contains(err.Error(), args[0]) {
+			t.Errorf("bench %v: %v, want a usage error naming %s", args, err, args[0])
+		}
+	}
+}
+
 func TestCompareCommand(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, text string) string {
@@ -473,6 +482,11 @@ func TestCompareCommand(t *testing.T) {
 	}
 	if _, err := capture(t, func() error { return runCompare([]string{"--bench", bench, "--peers", apart, "--any-time"}) }); err != nil {
 		t.Errorf("--any-time: %v", err)
+	}
+	small := write("small.json", `{"backend": "cuda", "device": "GPU", "date": "2026-11-30T23:24:28Z", "k": 256, "n": 256, "rows": [
+		{"m": 1, "median_ms": 0.02, "floor_ms": 0.001, "path": "wgmma-fp4"}]}`)
+	if _, err := capture(t, func() error { return runCompare([]string{"--bench", small, "--peers", peers}) }); !errors.As(err, &ue) || !strings.Contains(err.Error(), "K=256") {
+		t.Errorf("a bench at K=N=256 against the Kimi-shape peer: %v, want a usage error naming the shape", err)
 	}
 	none := write("none.json", `{"date_utc": "2026-11-30T23:26:00Z", "device": "GPU", "rows": [{"M": 2, "triton_graph_ms": 0.2}]}`)
 	if _, err := capture(t, func() error { return runCompare([]string{"--bench", bench, "--peers", none}) }); !errors.As(err, &ue) {

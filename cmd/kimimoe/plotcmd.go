@@ -17,6 +17,8 @@ type benchDoc struct {
 	Backend string     `json:"backend"`
 	Device  string     `json:"device"`
 	Date    string     `json:"date"`
+	K       int        `json:"k,omitempty"` // absent in files from before bench --k: Kimi's
+	N       int        `json:"n,omitempty"`
 	Rows    []benchRow `json:"rows"`
 }
 
