@@ -294,6 +294,7 @@ type routeXBF16Args struct {
 	Perm     devptr `c:"int*"`
 	Offset   devptr `c:"int*"`
 	TileBase devptr `c:"int*"`
+	Ready    devptr `c:"int*"` // the wgmma-fp4 GEMMs' per-tile counts, zeroed here (n_ready of them)
 	NBlocks  int32
 	NEntries int32
 	Rank     int32
@@ -301,7 +302,7 @@ type routeXBF16Args struct {
 	TT       int32
 	Recipe   int32
 	Form     int32
-	Pad      int32 `cname:"unused"`
+	NReady   int32
 }
 
 // abiRouteCTAMax is the most entries (tokens x top-k) the one-CTA routing
@@ -399,6 +400,16 @@ var f4sDeep2 = struct{ ahead, blocks int }{8, 2}
 
 const f4sDeepMaxM = 1
 
+// f4TileReadyMinM is the fewest tokens whose wgmma-fp4 GEMM2 waits for
+// its own tile's GEMM1 CTAs (tile_wait in kernels/moe.cu) instead of for
+// the whole GEMM1 grid. Measured on the H200 (docs/PERF.md f18), two
+// alternations in one call: M=2 0.0950/0.0946 -> 0.0865/0.0864 ms, M=32
+// 0.1955/0.1948 -> 0.1914/0.1906, M=64 0.2791/0.2774 -> 0.2711/0.2710; but
+// M=1 0.0545/0.0547 -> 0.0560/0.0559, where GEMM1's 384 CTAs are one wave
+// (nothing for GEMM2 to overlap) and the counts only add a fence and an
+// atomic to GEMM1's end.
+const f4TileReadyMinM = 2
+
 // f4sSmem is sizeof(F4SyncSmem<nt>): two windows of the tile's token rows
 // (16 bytes of padding a row) and its source rows.
 func f4sSmem(nt int) int { return 2*nt*(2*abiF4SWinK+16) + 4*nt }
@@ -412,6 +423,7 @@ type f4Gemm1Args struct {
 	TileBase devptr `c:"const int*"`
 	Params   devptr `c:"const float*"`
 	AQBF     devptr `c:"u8*" cname:"aqbf"`
+	Ready    devptr `c:"int*"` // per tile: GEMM1 CTAs done (tile_signal), or 0
 	K        int32
 	N        int32
 	TopK     int32
@@ -423,16 +435,17 @@ type f4Gemm1Args struct {
 }
 
 type f4Gemm2Args struct {
-	AQBF     devptr `c:"const u8*" cname:"aqbf"`
-	W        devptr `c:"const u8*"`
-	WS       devptr `c:"const u8*"`
-	Offset   devptr `c:"const int*"`
-	TileBase devptr `c:"const int*"`
-	Y        devptr `c:"float*"`
-	N        int32
-	K        int32
-	ELocal   int32
-	Pad      int32 `cname:"unused"`
+	AQBF        devptr `c:"const u8*" cname:"aqbf"`
+	W           devptr `c:"const u8*"`
+	WS          devptr `c:"const u8*"`
+	Offset      devptr `c:"const int*"`
+	TileBase    devptr `c:"const int*"`
+	Y           devptr `c:"float*"`
+	Ready       devptr `c:"const int*"` // per tile: GEMM1 CTAs done; each CTA waits for ReadyTarget (else 0: pdl_wait)
+	N           int32
+	K           int32
+	ELocal      int32
+	ReadyTarget int32
 }
 
 // testF4WidenArgs: the exhaustive test of the wgmma-fp4 widening.

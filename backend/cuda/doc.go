@@ -82,9 +82,16 @@
 // in two launches after a memset and x_bf16. SetFP4MaxM moves its
 // threshold (0: off);
 // KIMIMOE_FP4_MAX_M sets it for every layer, KIMIMOE_FP4_TOKENS forces a
-// token tile, KIMIMOE_FP4_SYNC=0 keeps the small tiles on the wgmma loop
-// and KIMIMOE_PDL=0 launches without programmatic dependence, all to
-// measure (read at Prepare).
+// token tile, KIMIMOE_FP4_SYNC=0 keeps the small tiles on the wgmma loop,
+// KIMIMOE_PDL=0 launches without programmatic dependence and
+// KIMIMOE_TILE_READY=0 makes GEMM2 wait for all of GEMM1 (below), all to
+// measure (read at Prepare). From M = 2 (f4TileReadyMinM) each GEMM2 CTA
+// waits only for the GEMM1 CTAs of its own token tile, which count
+// themselves in a per-tile counter (release and acquire at GPU scope;
+// the prologue zeroes the counters), so GEMM2's first tiles run in
+// GEMM1's last wave; safe from deadlock because GEMM2 is launched only
+// once every GEMM1 CTA has started. The 16-token tile skips the MMAs of
+// its second 8-token group when the tile holds 8 tokens or fewer.
 //
 // The decode path (M <= 24 where the wgmma-fp4 path is not available, and
 // every M when K or N is not a multiple of 128, as GPT-OSS's 2880) streams

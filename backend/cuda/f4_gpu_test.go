@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"kimimoe/backend"
+	"kimimoe/moe"
 	"kimimoe/validation"
 )
 
@@ -212,4 +213,54 @@ func TestF4SyncLoop(t *testing.T) {
 	if err == nil {
 		t.Fatal("M=1 ran without the mma.sync loop's GEMM1 kernel")
 	}
+}
+
+// TestF4TileReady: GEMM2 waiting for its own tile's GEMM1 CTAs
+// (tile_wait, from f4TileReadyMinM tokens) instead of the whole GEMM1 grid gives the same bits, with
+// either prologue (one launch up to 1024 entries, four above: each zeroes
+// the counts its own way). Each M runs input A, then input B, so a count
+// left over from A would let B's GEMM2 read A's intermediate.
+func TestF4TileReady(t *testing.T) {
+	_, l, s, w, _ := kimiSM90aLayer(t, "the wgmma-fp4 path")
+	if err := l.SetDecodeMaxM(-1); err != nil {
+		t.Fatal(err)
+	}
+	set := func(noReady bool) {
+		t.Helper()
+		if err := l.reconfigure(func() error { l.noTileReady = noReady; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range []int{2, 8, 33, 128, 200} {
+		if l.PathFor(m) != "wgmma-fp4" {
+			t.Fatalf("M=%d: path %s", m, l.PathFor(m))
+		}
+		var in [2]*moe.Input
+		for i := range in {
+			s.M, s.Seed = m, uint64(9500+10*m+i)
+			c, err := validation.GenerateCase(s, w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in[i] = &c.Input
+		}
+		var outs [2][]float32
+		for i, noReady := range []bool{true, false} {
+			set(noReady)
+			if err := l.Forward(nanFilledOut(m*w.K), in[0], nil); err != nil {
+				t.Fatal(err)
+			}
+			outs[i] = nanFilledOut(m * w.K)
+			if err := l.Forward(outs[i], in[1], nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range outs[0] {
+			if math.Float32bits(outs[0][i]) != math.Float32bits(outs[1][i]) {
+				t.Fatalf("M=%d: value %d is %g waiting for GEMM1's tile, %g waiting for all of GEMM1", m, i, outs[1][i], outs[0][i])
+			}
+		}
+		t.Logf("M=%d: %d values bitwise equal either way", m, len(outs[0]))
+	}
+	set(false)
 }

@@ -578,6 +578,7 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 	}
 	l.f4NoSync = os.Getenv("KIMIMOE_FP4_SYNC") == "0" // to measure the small tiles' two loops
 	l.noPDL = os.Getenv("KIMIMOE_PDL") == "0"         // to measure programmatic dependent launch
+	l.noTileReady = os.Getenv("KIMIMOE_TILE_READY") == "0"
 	err = b.locked(func() error {
 		if err := l.uploadWeights(); err != nil {
 			return err
@@ -699,35 +700,36 @@ func i32bytes(v []int32) []byte {
 // Layer is a prepared layer on the device. Its methods may be called from
 // several goroutines: every device call holds the backend's lock.
 type Layer struct {
-	b          *Backend
-	w          *moe.Weights
-	spec       moe.LayerSpec
-	numGlobal  int
-	epRank     int
-	decodeMaxM int
-	w31, w31s  devptr
-	w2, w2s    devptr
-	params     devptr
-	d31, d31s  devptr // FC1 and FC2 in the decode path's tiles
-	d2, d2s    devptr
-	wgW31      devptr // FC1 and FC2 as BF16 for the wgmma path (0: not available)
-	wgW2       devptr
-	wgOff      bool   // the wgmma path turned off (SetWGMMA)
-	wgRows     int    // weight rows per wgmma tile
-	wgMinM     int    // smallest M on the wgmma GEMMs
-	wgWhyNot   string // why it is not available
-	f4W31      devptr // FC1 and FC2 for the wgmma-fp4 path (0: not available)
-	f4W31S     devptr
-	f4W2       devptr
-	f4W2S      devptr
-	f4MaxM     int                // largest M on the wgmma-fp4 GEMMs
-	f4Tokens   int                // the wgmma-fp4 token tile forced by KIMIMOE_FP4_TOKENS (0: by M)
-	f4NoSync   bool               // KIMIMOE_FP4_SYNC=0: the small tiles on the wgmma loop too
-	noPDL      bool               // KIMIMOE_PDL=0: no programmatic dependent launch on the wgmma-fp4 path
-	f4WhyNot   string             // why it is not available
-	ws         map[int]*workspace // per token count, at most MaxWorkspaces
-	uses       uint64             // forwards so far, for the LRU order
-	closed     bool
+	b           *Backend
+	w           *moe.Weights
+	spec        moe.LayerSpec
+	numGlobal   int
+	epRank      int
+	decodeMaxM  int
+	w31, w31s   devptr
+	w2, w2s     devptr
+	params      devptr
+	d31, d31s   devptr // FC1 and FC2 in the decode path's tiles
+	d2, d2s     devptr
+	wgW31       devptr // FC1 and FC2 as BF16 for the wgmma path (0: not available)
+	wgW2        devptr
+	wgOff       bool   // the wgmma path turned off (SetWGMMA)
+	wgRows      int    // weight rows per wgmma tile
+	wgMinM      int    // smallest M on the wgmma GEMMs
+	wgWhyNot    string // why it is not available
+	f4W31       devptr // FC1 and FC2 for the wgmma-fp4 path (0: not available)
+	f4W31S      devptr
+	f4W2        devptr
+	f4W2S       devptr
+	f4MaxM      int                // largest M on the wgmma-fp4 GEMMs
+	f4Tokens    int                // the wgmma-fp4 token tile forced by KIMIMOE_FP4_TOKENS (0: by M)
+	f4NoSync    bool               // KIMIMOE_FP4_SYNC=0: the small tiles on the wgmma loop too
+	noPDL       bool               // KIMIMOE_PDL=0: no programmatic dependent launch on the wgmma-fp4 path
+	noTileReady bool               // KIMIMOE_TILE_READY=0: GEMM2 waits for all of GEMM1 (pdl_wait), not its tile
+	f4WhyNot    string             // why it is not available
+	ws          map[int]*workspace // per token count, at most MaxWorkspaces
+	uses        uint64             // forwards so far, for the LRU order
+	closed      bool
 }
 
 // Input forms, which decide whether the forward quantizes x: a graph is
@@ -747,6 +749,7 @@ type workspace struct {
 	aq, aqs, y, out          devptr
 	xqd, xsf, touched, aqsf  devptr     // the decode path's padded x, float scales, touched experts, float aq scales
 	xbf, aqbf                devptr     // the wgmma path's BF16 x and intermediate (0 without it)
+	ready                    devptr     // the wgmma-fp4 GEMMs' per-tile counts (tile_signal), entries + E of them
 	decode                   bool       // which path this token count takes
 	form                     int        // of the input uploaded last
 	wide                     bool       // its MXFP8 values pass BF16's range (xPastBF16)
@@ -842,6 +845,9 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 	}
 	if l.wgW31 != 0 || l.f4W31 != 0 { // the BF16 paths' x and intermediate
 		bufs = append(bufs, buf{&ws.xbf, 2 * m * w.K}, buf{&ws.aqbf, 2 * entries * w.N})
+	}
+	if l.f4W31 != 0 { // at most one tile an entry, and one partial tile an expert
+		bufs = append(bufs, buf{&ws.ready, 4 * (entries + w.E)})
 	}
 	for _, a := range bufs {
 		p, err := cuMemAlloc(a.n)
@@ -949,6 +955,14 @@ func (l *Layer) enqueueProfiled(ws *workspace, events []cuEvent) error {
 
 func i32(v int) int32 { return int32(v) }
 
+// b32 is 1 for true, else 0.
+func b32(v bool) int32 {
+	if v {
+		return 1
+	}
+	return 0
+}
+
 // abiForm is the kernels' code for the form of x uploaded into ws.
 func (ws *workspace) abiForm() int32 {
 	if ws.form == formFloat {
@@ -1021,6 +1035,12 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 		}
 	}
 	maxTiles := (entries+tt-1)/tt + w.E
+	// GEMM2 waits for its tile's GEMM1 CTAs (tile_wait), not the whole
+	// grid, from f4TileReadyMinM tokens.
+	var ready devptr
+	if f4 && m >= f4TileReadyMinM && !l.noTileReady {
+		ready = ws.ready
+	}
 	var gemm1, gemm2 func() error
 	switch {
 	case f4:
@@ -1038,13 +1058,13 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 		gemm1 = func() error {
 			return launch1([3]int{w.N / abiF4RowsGemm1, maxTiles, 1}, abiThreads, smem, s,
 				&f4Gemm1Args{XBF: ws.xbf, W: l.f4W31, WS: l.f4W31S, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
-					Params: l.params, AQBF: ws.aqbf, K: i32(w.K), N: i32(w.N), TopK: i32(topk), ELocal: i32(w.E),
+					Params: l.params, AQBF: ws.aqbf, Ready: ready, K: i32(w.K), N: i32(w.N), TopK: i32(topk), ELocal: i32(w.E),
 					Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
 		}
 		gemm2 = func() error {
 			return launch2([3]int{w.K / abiF4RowsGemm2, maxTiles, 1}, abiThreads, smem, s,
 				&f4Gemm2Args{AQBF: ws.aqbf, W: l.f4W2, WS: l.f4W2S, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
-					N: i32(w.N), K: i32(w.K), ELocal: i32(w.E)})
+					Ready: ready, N: i32(w.N), K: i32(w.K), ELocal: i32(w.E), ReadyTarget: i32(w.N / abiF4RowsGemm1)})
 		}
 	case wg:
 		bn := l.wgRows
@@ -1095,7 +1115,14 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 			&finalizeArgs{Y: ws.y, Pos: ws.pos, Wts: ws.wts, Out: ws.out, TopK: i32(topk), K: i32(w.K)})
 	}}
 	prologue := []step{
-		{"memset", func() error { return cuMemsetD32(ws.pos, 0xFFFFFFFF, entries, s) }},
+		{"memset", func() error {
+			if ready != 0 {
+				if err := cuMemsetD32(ready, 0, maxTiles, s); err != nil {
+					return err
+				}
+			}
+			return cuMemsetD32(ws.pos, 0xFFFFFFFF, entries, s)
+		}},
 		xstep,
 		{"route_count", func() error {
 			return k.routeCount.launch([3]int{w.E, 1, 1}, s,
@@ -1112,8 +1139,8 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 		prologue = []step{{"route_x_bf16", func() error {
 			return k.routeXBF16.launchWith([3]int{1 + xCTAs, 1, 1}, abiThreads, 4*(w.E+1), s,
 				&routeXBF16Args{X: ws.x, Codes: ws.xq, Scales: ws.xs, IDs: ws.ids, Out: ws.xbf, Pos: ws.pos, Perm: ws.perm,
-					Offset: ws.offset, TileBase: ws.tileBase, NBlocks: i32(nblocks), NEntries: i32(entries), Rank: i32(l.epRank),
-					ELocal: i32(w.E), TT: i32(tt), Recipe: recipe, Form: form})
+					Offset: ws.offset, TileBase: ws.tileBase, Ready: ready, NBlocks: i32(nblocks), NEntries: i32(entries), Rank: i32(l.epRank),
+					ELocal: i32(w.E), TT: i32(tt), Recipe: recipe, Form: form, NReady: i32(maxTiles) * b32(ready != 0)})
 		}}}
 	}
 	return append(prologue, step{"gemm1_act", gemm1}, step{"gemm2", gemm2}, finalize)

@@ -430,6 +430,50 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// Per-tile readiness of GEMM1's intermediate (the wgmma-fp4 path; docs/
+// PERF.md f18): each GEMM1 CTA counts itself in ready[tile] once its
+// stores are done (tile_signal: every thread's stores, a fence, the
+// count with release semantics), and a GEMM2 CTA waits for its own
+// tile's count (tile_wait: one thread acquires, the barrier passes it
+// on) instead of for the whole GEMM1 grid (pdl_wait), so GEMM2's first
+// tiles run while GEMM1's last ones finish. No deadlock: GEMM2 is
+// launched once every GEMM1 CTA has triggered it, so every GEMM1 CTA is
+// resident or done by then. The prologue zeroes the counts each forward.
+__device__ __forceinline__ void tile_signal(int* ready) {
+    __threadfence();
+    __syncthreads();
+#if __CUDA_ARCH__ >= 700
+    if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(ready) : "memory");
+#endif
+}
+__device__ __forceinline__ void tile_wait(const int* ready, int target) {
+#if __CUDA_ARCH__ >= 700
+    if (threadIdx.x == 0) {
+        int v;
+        for (;;) {
+            asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(ready) : "memory");
+            if (v >= target) break;
+            __nanosleep(32);
+        }
+    }
+#endif
+    __syncthreads();
+}
+
+// What the k loops wait for before reading the tokens: GEMM2 its tile's
+// intermediate (ready not null: ready[tile] reaching target), else the
+// previous kernel (pdl_wait). The pointer is tested before any arithmetic
+// on it: an offset null pointer let the compiler drop the test (the
+// sanitizer caught thread 0 reading address 0).
+struct InputWait {
+    const int* ready;
+    int tile, target;
+    __device__ __forceinline__ void wait() const {
+        if (ready != nullptr) tile_wait(ready + tile, target);
+        else pdl_wait();
+    }
+};
+
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
 }
@@ -841,6 +885,8 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_x_bf16(con
     int nwarps = (gridDim.x - 1) * (blockDim.x >> 5);
     for (int b = (blockIdx.x - 1) * (blockDim.x >> 5) + (threadIdx.x >> 5); b < a.n_blocks; b += nwarps)
         x_bf16_block(a.x, a.codes, a.scales, a.out, a.form, a.recipe, b, threadIdx.x & 31);
+    if (blockIdx.x == 1) // the wgmma-fp4 GEMMs' per-tile counts (tile_signal)
+        for (int j = threadIdx.x; j < a.n_ready; j += blockDim.x) a.ready[j] = 0;
 }
 
 #if defined(WG_ENABLED)
@@ -1336,11 +1382,11 @@ struct F4Weights {
 // multiple of 128), in steps of 128 k (two layout chunks).
 template <int NT, int AH>
 __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, const u8* rows, int kdim,
-                                          F4Weights<AH>& wt) {
+                                          F4Weights<AH>& wt, InputWait in) {
     int nstep = wt.nstep;
     F4Pieces<NT> pc;
     f4_pieces<NT>(pc, s, rows, 2 * kdim);
-    pdl_wait(); // GEMM2: the weights above are loaded before GEMM1 ends, the tokens below after
+    in.wait(); // GEMM2: the weights above are loaded before GEMM1 ends, the tokens below after
     constexpr int S = f4_stages<NT>();
     static_assert(S >= 3, "a stage refilled two steps behind");
 #pragma unroll
@@ -1440,10 +1486,14 @@ __device__ __forceinline__ void f4s_stage(F4SyncSmem<NT>& s, int b, const u8* ro
 // AH: the 128-k steps of weights each thread has in flight in registers.
 template <int NT, int AH>
 __device__ __forceinline__ void f4s_k_loop(float (&acc)[NT / 2], F4SyncSmem<NT>& s, const u8* rows, int kdim,
-                                           F4Weights<AH>& wt) {
+                                           F4Weights<AH>& wt, InputWait in, int ntok) {
+    // The 8-token groups that hold tokens of the tile (ntok of them): the
+    // others' rows are zeros, so their MMAs add nothing to accumulators no
+    // epilogue reads (docs/PERF.md f19).
+    const int ngroup = imin(NT / 8, (ntok + 7) / 8);
     constexpr int WS = F4S_WIN_K / 128;
     int nstep = wt.nstep;
-    pdl_wait(); // GEMM2: the weights above are loaded before GEMM1 ends, the tokens below after
+    in.wait(); // GEMM2: the weights above are loaded before GEMM1 ends, the tokens below after
     f4s_stage<NT>(s, 0, rows, kdim, 0);
     cp_async_commit();
     int lane = threadIdx.x & 31;
@@ -1475,6 +1525,7 @@ __device__ __forceinline__ void f4s_k_loop(float (&acc)[NT / 2], F4SyncSmem<NT>&
                     f4_widen(a1, wds[q + 1], q < 2 ? b0 : b1);
 #pragma unroll
                     for (int g = 0; g < NT / 8; g++) {
+                        if (g > 0 && g >= ngroup) break;
                         u32 bm[4];
                         ldsm_x4(bm, xs + g * 8 * F4S_ROW + h * 128 + q * 32);
                         mma_bf16_m16n8k16(&acc[4 * g], a0, bm[0], bm[1]);
@@ -1508,13 +1559,13 @@ __device__ constexpr int f4_tile_ahead() {
 // loop SYNC picks: the k loop of both GEMMs.
 template <int NT, int SYNC, typename Smem>
 __device__ __forceinline__ void f4_tile_mma(float (&acc)[NT / 2], Smem& s, const u8* rows, int kdim, const u8* w,
-                                            const u8* ws, u64 group) {
+                                            const u8* ws, u64 group, InputWait in, int ntok) {
     F4Weights<f4_tile_ahead<NT, SYNC>()> wt;
     wt.begin(w, ws, group, kdim);
 #pragma unroll
     for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
-    if constexpr (SYNC != 0) f4s_k_loop<NT, SYNC>(acc, s, rows, kdim, wt);
-    else f4_k_loop<NT>(acc, s, rows, kdim, wt);
+    if constexpr (SYNC != 0) f4s_k_loop<NT, SYNC>(acc, s, rows, kdim, wt, in, ntok);
+    else f4_k_loop<NT>(acc, s, rows, kdim, wt, in);
 }
 #endif
 
@@ -1540,11 +1591,12 @@ __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float acc[NT / 2];
     u64 group = (u64)tl.expert * (a.n / 32) + blockIdx.x * 2 + (threadIdx.x >> 7); // this warpgroup's 64 rows
-    f4_tile_mma<NT, SYNC>(acc, s, a.xbf, a.k, a.w, a.ws, group);
+    f4_tile_mma<NT, SYNC>(acc, s, a.xbf, a.k, a.w, a.ws, group, InputWait{nullptr, 0, 0}, tl.count); // waited above
     const float* p = a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE;
     act_requant_store<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), (tl.count + 7) / 8, tl.count, s_amax, warp,
                               (warp >> 2) * 4, p, a.kind, a.chain, a.recipe, lane >> 2, lane & 3, nullptr, nullptr,
                               nullptr, tl.row0, a.n, blockIdx.x * 64 + warp * 8, false, a.aqbf);
+    if (a.ready != nullptr) tile_signal(a.ready + blockIdx.y);
 #endif
 }
 
@@ -1566,7 +1618,8 @@ __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float acc[NT / 2];
     u64 group = (u64)tl.expert * (a.k / 64) + blockIdx.x * 2 + (threadIdx.x >> 7); // this warpgroup's 64 rows
-    f4_tile_mma<NT, SYNC>(acc, s, a.aqbf, a.n, a.w, a.ws, group);
+    f4_tile_mma<NT, SYNC>(acc, s, a.aqbf, a.n, a.w, a.ws, group,
+                          InputWait{a.ready, (int)blockIdx.y, a.ready_target}, tl.count);
     int f = blockIdx.x * 128 + warp * 16 + (lane >> 2);
 #pragma unroll
     for (int i = 0; i < NT / 2; i++) {
