@@ -81,6 +81,10 @@ if [ -f .gpu/peer_moe.py ]; then
   # The same-call ratios, per M, from the two files.
   .gpu/kimimoe compare --bench "$OUT/bench.json" --peers "$OUT/peer_triton.json" 2>&1 | tee -a "$log"
 fi
+# The plain-read floor under bench's method, in the same call (the bytes
+# of M = 1, 2, 4, 8, 16).
+echo "graph_floor.py (scripts/graph_floor.py):" | tee -a "$log"
+timeout 200 python3 scripts/graph_floor.py 140.4,263.3,386.2,474.0,491.8 2>&1 | tail -8 | tee -a "$log"
 for tool in memcheck racecheck; do
   timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 .gpu/kimimoe validate --backend cuda --suite smoke --runs 1 > /tmp/san.txt 2>&1
   echo "compute-sanitizer $tool on validate --suite smoke (default paths: wgmma-fp4 on sm_90): exit $?" | tee -a "$log"; tail -2 /tmp/san.txt | tee -a "$log"

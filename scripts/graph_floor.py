@@ -1,0 +1,65 @@
+# What kimimoe bench's method (CUDA events around ONE graph replay, the
+# median; L2 cold: a 1 GiB buffer is rewritten before each timed replay)
+# measures for kernels that do no more than a forward must: a graph of
+# one trivial kernel, of four, and a plain read of the bytes each M
+# touches (bench's "MB" column) by the fastest of twelve Triton read
+# kernels (grid-stride, ".cg" loads, an xor a program), so that a target
+# below it is shown out of reach on the device, measured. Run on the GPU
+# machine (torch and triton), by scripts/gpu-check.sh run:
+#   python3 scripts/graph_floor.py [MB,MB,...]
+# Caveat, measured: the launch part is torch's (Python) replay, which
+# varied between calls on the H200 (a trivial graph 10.7 and 18.7 us).
+import torch, statistics, sys
+import triton, triton.language as tl
+dev = torch.device("cuda")
+
+@triton.jit
+def read_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    step = tl.num_programs(0) * BLOCK
+    acc = tl.zeros([BLOCK], dtype=tl.int32)
+    for i in range(pid * BLOCK, n, step):
+        offs = i + tl.arange(0, BLOCK)
+        acc ^= tl.load(x_ptr + offs, mask=offs < n, other=0, cache_modifier=".cg")
+    tl.store(out_ptr + pid, tl.xor_sum(acc, 0))
+
+flush = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
+def capture(fn):
+    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2): fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g): fn()
+    return g
+gflush = capture(lambda: flush.add_(1))
+def event_time(g, reps=60, cold=True):
+    ts = []
+    for _ in range(reps):
+        if cold: gflush.replay()
+        a = torch.cuda.Event(enable_timing=True); b = torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        a.record(); g.replay(); b.record(); b.synchronize()
+        ts.append(a.elapsed_time(b) * 1000)
+    return statistics.median(ts)
+
+t = torch.zeros(1, device=dev)
+print(f"graph of 1 trivial kernel (t.add_(1)): {event_time(capture(lambda: t.add_(1)), cold=False):.1f} us")
+g4 = capture(lambda: [t.add_(1) for _ in range(4)])
+print(f"graph of 4 trivial dependent kernels: {event_time(g4, cold=False):.1f} us")
+sms = torch.cuda.get_device_properties(0).multi_processor_count
+out = torch.empty(sms * 16, dtype=torch.int32, device=dev)
+for mb in [float(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "140.4,263.3,386.2,474.0,491.8").split(",")]:
+    n = int(mb * 1e6) // 4
+    x = torch.randint(-2**31, 2**31 - 1, (n,), dtype=torch.int32, device=dev)
+    best = None
+    for mult in (2, 4, 8, 16):
+        for block, warps in ((2048, 4), (4096, 8), (8192, 8)):
+            grid = (sms * mult,)
+            g = capture(lambda: read_kernel[grid](x, out, n, BLOCK=block, num_warps=warps))
+            us = event_time(g, reps=30)
+            if best is None or us < best[0]: best = (us, mult, block, warps)
+    g = capture(lambda: read_kernel[(sms * best[1],)](x, out, n, BLOCK=best[2], num_warps=best[3]))
+    us = event_time(g, reps=100)
+    print(f"read {mb:6.1f} MB, one graph, L2 cold: {us:6.1f} us ({mb / us:.2f} TB/s; {best[1]} programs an SM, BLOCK {best[2]}, {best[3]} warps)")
+    del x
