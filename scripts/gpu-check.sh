@@ -73,6 +73,9 @@ KIMIMOE_FP4_MAX_M=0 KIMIMOE_DECODE_MAX_M=-1 KIMIMOE_WGMMA_MIN_M=1 timeout 150 .g
 timeout 60 .gpu/kimimoe validate --backend cuda --suite smoke --activation swiglu_oai --recipe floor 2>&1 | tee -a "$log" | tail -1
 timeout 120 .gpu/kimimoe bench --backend cuda --profile --rounds 20 --json "$OUT/bench.json" 2>&1 | tee -a "$log"
 timeout 120 .gpu/kimimoe bench --backend cuda --rounds 10 --fp4-max-m 0 --json "$OUT/bench_nofp4.json" 2>&1 | tail -16 | tee -a "$log"
+# The forward's fixed costs: the same routing at a 256 x 256 layer (0.8 MB).
+echo "bench --k 256 --n 256 (fixed costs):" | tee -a "$log"
+timeout 60 .gpu/kimimoe bench --backend cuda --k 256 --n 256 --m 1,2,8,32 --rounds 15 --copy-mb 256 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
 if [ -f .gpu/peer_moe.py ]; then
   mkdir -p /tmp/peer
   OUT=/tmp/peer PEER_MS=1,2,4,8,16,32,128,256,512,1024,2048,8192 PYTHONUNBUFFERED=1 timeout 200 python3 .gpu/peer_moe.py > /tmp/peer/stdout.txt 2>&1
