@@ -955,14 +955,6 @@ func (l *Layer) enqueueProfiled(ws *workspace, events []cuEvent) error {
 
 func i32(v int) int32 { return int32(v) }
 
-// b32 is 1 for true, else 0.
-func b32(v bool) int32 {
-	if v {
-		return 1
-	}
-	return 0
-}
-
 // abiForm is the kernels' code for the form of x uploaded into ws.
 func (ws *workspace) abiForm() int32 {
 	if ws.form == formFloat {
@@ -1038,8 +1030,9 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 	// GEMM2 waits for its tile's GEMM1 CTAs (tile_wait), not the whole
 	// grid, from f4TileReadyMinM tokens.
 	var ready devptr
+	nReady := 0 // counts, one a tile, that the prologue zeroes
 	if f4 && m >= f4TileReadyMinM && !l.noTileReady {
-		ready = ws.ready
+		ready, nReady = ws.ready, maxTiles
 	}
 	var gemm1, gemm2 func() error
 	switch {
@@ -1116,8 +1109,8 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 	}}
 	prologue := []step{
 		{"memset", func() error {
-			if ready != 0 {
-				if err := cuMemsetD32(ready, 0, maxTiles, s); err != nil {
+			if nReady > 0 {
+				if err := cuMemsetD32(ready, 0, nReady, s); err != nil {
 					return err
 				}
 			}
@@ -1140,7 +1133,7 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 			return k.routeXBF16.launchWith([3]int{1 + xCTAs, 1, 1}, abiThreads, 4*(w.E+1), s,
 				&routeXBF16Args{X: ws.x, Codes: ws.xq, Scales: ws.xs, IDs: ws.ids, Out: ws.xbf, Pos: ws.pos, Perm: ws.perm,
 					Offset: ws.offset, TileBase: ws.tileBase, Ready: ready, NBlocks: i32(nblocks), NEntries: i32(entries), Rank: i32(l.epRank),
-					ELocal: i32(w.E), TT: i32(tt), Recipe: recipe, Form: form, NReady: i32(maxTiles) * b32(ready != 0)})
+					ELocal: i32(w.E), TT: i32(tt), Recipe: recipe, Form: form, NReady: i32(nReady)})
 		}}}
 	}
 	return append(prologue, step{"gemm1_act", gemm1}, step{"gemm2", gemm2}, finalize)
