@@ -9,7 +9,6 @@ import (
 
 	"kimimoe/backend"
 	"kimimoe/moe"
-	"kimimoe/validation"
 )
 
 // The kernels' MXFP4 -> BF16 widening (f4_widen, with the multipliers
@@ -107,11 +106,7 @@ func TestF4Path(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range []int{1, 8, 32, 128, 512} {
-		s.M, s.Seed = m, uint64(9000+m)
-		c, err := validation.GenerateCase(s, w)
-		if err != nil {
-			t.Fatal(err)
-		}
+		in := kimiInput(t, s, w, m, uint64(9000+m))
 		var outs [2][]float32
 		for i, on := range []bool{true, false} {
 			maxM := 0
@@ -128,7 +123,7 @@ func TestF4Path(t *testing.T) {
 				t.Fatalf("M=%d takes the %s path, want %s", m, l.PathFor(m), want)
 			}
 			outs[i] = nanFilledOut(m * w.K)
-			if err := l.Forward(outs[i], &c.Input, nil); err != nil {
+			if err := l.Forward(outs[i], in, nil); err != nil {
 				t.Fatal(err)
 			}
 			prof, err := l.Profile(m)
@@ -141,7 +136,7 @@ func TestF4Path(t *testing.T) {
 				t.Errorf("M=%d fp4=%v: the steps run were %v", m, on, prof)
 			}
 		}
-		comparePaths(t, o, &c.Input, w.K, [2]string{"wgmma-fp4", "mma.sync"}, outs)
+		comparePaths(t, o, in, w.K, [2]string{"wgmma-fp4", "mma.sync"}, outs)
 	}
 
 	w.W31Scale[0] = f4MaxScale + 1
@@ -172,25 +167,21 @@ func TestF4SyncLoop(t *testing.T) {
 		if l.PathFor(m) != "wgmma-fp4" || !l.f4SyncLoop(f4TileTokens(m)) {
 			t.Fatalf("M=%d: path %s, tile %d, not the mma.sync loop", m, l.PathFor(m), f4TileTokens(m))
 		}
-		s.M, s.Seed = m, uint64(9100+m)
-		c, err := validation.GenerateCase(s, w)
-		if err != nil {
-			t.Fatal(err)
-		}
+		in := kimiInput(t, s, w, m, uint64(9100+m))
 		var outs [2][]float32
 		for i, noSync := range []bool{false, true} {
 			set(noSync, false)
 			outs[i] = nanFilledOut(m * w.K)
-			if err := l.Forward(outs[i], &c.Input, nil); err != nil {
+			if err := l.Forward(outs[i], in, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
-		comparePaths(t, o, &c.Input, w.K, [2]string{"mma.sync loop", "wgmma loop"}, outs)
+		comparePaths(t, o, in, w.K, [2]string{"mma.sync loop", "wgmma loop"}, outs)
 		// Programmatic dependent launch changes when kernels start, not
 		// what they compute: without it, the same bits.
 		set(false, true)
 		plain := nanFilledOut(m * w.K)
-		if err := l.Forward(plain, &c.Input, nil); err != nil {
+		if err := l.Forward(plain, in, nil); err != nil {
 			t.Fatal(err)
 		}
 		for i := range plain {
@@ -201,14 +192,10 @@ func TestF4SyncLoop(t *testing.T) {
 	}
 
 	set(false, false)
-	s.M, s.Seed = 1, 9199
-	c, err := validation.GenerateCase(s, w)
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := kimiInput(t, s, w, 1, 9199)
 	saved := b.k.f4sGemm1
 	b.k.f4sGemm1 = nil // no function to launch
-	err = l.Forward(nanFilledOut(w.K), &c.Input, nil)
+	err := l.Forward(nanFilledOut(w.K), in, nil)
 	b.k.f4sGemm1 = saved
 	if err == nil {
 		t.Fatal("M=1 ran without the mma.sync loop's GEMM1 kernel")
@@ -235,15 +222,7 @@ func TestF4TileReady(t *testing.T) {
 		if l.PathFor(m) != "wgmma-fp4" {
 			t.Fatalf("M=%d: path %s", m, l.PathFor(m))
 		}
-		var in [2]*moe.Input
-		for i := range in {
-			s.M, s.Seed = m, uint64(9500+10*m+i)
-			c, err := validation.GenerateCase(s, w)
-			if err != nil {
-				t.Fatal(err)
-			}
-			in[i] = &c.Input
-		}
+		in := [2]*moe.Input{kimiInput(t, s, w, m, uint64(9500+10*m)), kimiInput(t, s, w, m, uint64(9500+10*m+1))}
 		var outs [2][]float32
 		for i, noReady := range []bool{true, false} {
 			set(noReady)

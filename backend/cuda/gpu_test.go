@@ -155,22 +155,18 @@ func TestWGMMAPath(t *testing.T) {
 		if l.PathFor(m) != "wgmma" {
 			t.Fatalf("M=%d takes the %s path", m, l.PathFor(m))
 		}
-		s.M, s.Seed = m, uint64(7000+m)
-		c, err := validation.GenerateCase(s, w)
-		if err != nil {
-			t.Fatal(err)
-		}
+		in := kimiInput(t, s, w, m, uint64(7000+m))
 		var outs [2][]float32
 		for i, on := range []bool{true, false} {
 			if err := l.SetWGMMA(on); err != nil {
 				t.Fatal(err)
 			}
 			outs[i] = nanFilledOut(m * w.K)
-			if err := l.Forward(outs[i], &c.Input, nil); err != nil {
+			if err := l.Forward(outs[i], in, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
-		comparePaths(t, o, &c.Input, w.K, [2]string{"wgmma", "mma.sync"}, outs)
+		comparePaths(t, o, in, w.K, [2]string{"wgmma", "mma.sync"}, outs)
 	}
 
 	// Off, the grouped forwards take the mma.sync GEMMs; a shape that is
@@ -222,6 +218,18 @@ func kimiSM90aLayer(t *testing.T, what string) (*Backend, *Layer, *validation.Ca
 		t.Fatal(err)
 	}
 	return b, l, &s, w, o
+}
+
+// kimiInput is a generated input of spec s (the layer's, weights w) at m
+// tokens and the given seed; s keeps both.
+func kimiInput(t *testing.T, s *validation.CaseSpec, w *moe.Weights, m int, seed uint64) *moe.Input {
+	t.Helper()
+	s.M, s.Seed = m, seed
+	c, err := validation.GenerateCase(s, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &c.Input
 }
 
 // comparePaths checks two paths' outputs of one input (k columns a row)
