@@ -245,19 +245,30 @@ type decodeGemm2Args struct {
 const (
 	abiWGTokens = 128 // tokens per tile: two warpgroups of 64 (the wgmma's M)
 	abiWGChunkK = 64  // k per staged chunk: 128 bytes of BF16 a row
-	abiWGStages = 4   // chunks staged at once
 )
 
-// wgRows are the instances' weight rows per tile (the wgmma's N).
-var wgRows = []int{128, 256}
+// wgRows are the instances' weight rows per tile (the wgmma's N), and
+// wgStages their chunks staged at once: the 128-row instances run two
+// CTAs an SM (two times 3 x 32 KB of stages), the 256-row ones one (4 x
+// 48 KB).
+var (
+	wgRows   = []int{128, 256}
+	wgStages = map[int]int{128: 3, 256: 4}
+)
 
 // wgTileBytes is one weight (tile, chunk) block of rows rows.
 func wgTileBytes(rows int) int { return rows * 2 * abiWGChunkK }
 
-// wgSmem is sizeof(WgSmem<rows>): the staged tokens and weights and the
-// tile's source rows.
+// abiSmemAlign is the boundary the wgmma path's kernels align their
+// dynamic shared memory to (the 128-byte swizzle's 1024-byte pattern):
+// they are given that many bytes more than their struct.
+const abiSmemAlign = 1024
+
+// wgSmem is the dynamic shared memory of the wgmma path's one-CTA
+// kernels: sizeof(WgSmem<rows>) (the staged tokens and weights and the
+// tile's source rows) and the alignment slack.
 func wgSmem(rows int) int {
-	return abiWGStages*(abiWGTokens*2*abiWGChunkK+wgTileBytes(rows)) + 4*abiWGTokens
+	return wgStages[rows]*(abiWGTokens*2*abiWGChunkK+wgTileBytes(rows)) + 4*abiWGTokens + abiSmemAlign
 }
 
 // The decode kernels' CTAs: 4 warps (one 32-feature MXFP8 block in GEMM1,
@@ -369,9 +380,10 @@ var f4Stages = map[int]int{8: 8, 16: 6, 32: 5, 64: 4, 128: 3}
 // they run this loop only with KIMIMOE_FP4_SYNC=0.
 var f4Ahead = map[int]int{8: 2, 16: 2, 32: 2, 64: 4, 128: 2}
 
-// f4Smem is sizeof(F4Smem<nt>): the staged tokens (128 k a stage) and the
-// tile's source rows.
-func f4Smem(nt int) int { return f4Stages[nt]*nt*2*2*abiWGChunkK + 4*nt }
+// f4Smem is the wgmma loop's dynamic shared memory: sizeof(F4Smem<nt>)
+// (the staged tokens, 128 k a stage, and the tile's source rows) and the
+// alignment slack of its swizzled stages.
+func f4Smem(nt int) int { return f4Stages[nt]*nt*2*2*abiWGChunkK + 4*nt + abiSmemAlign }
 
 // The small tiles' barrier-free loop (kernels/moe.cu f4s_k_loop): mma.sync
 // on the same layout, the tokens staged a window of abiF4SWinK k at a time.
@@ -621,8 +633,9 @@ func abiHeader() string {
 		{"CHAIN_MXFP8", int(abiChainMXFP8)}, {"CHAIN_FLASHINFER", int(abiChainFlashInfer)},
 		{"FORM_QUANTIZED", int(abiFormQuantized)}, {"FORM_FLOAT", int(abiFormFloat)},
 		{"DECODE_THREADS", abiDecodeThreads},
-		{"WG_TOKENS", abiWGTokens}, {"WG_CHUNK_K", abiWGChunkK}, {"WG_STAGES", abiWGStages},
+		{"WG_TOKENS", abiWGTokens}, {"WG_CHUNK_K", abiWGChunkK}, {"WG_STAGES_128", wgStages[128]}, {"WG_STAGES_256", wgStages[256]},
 		{"WG_SMEM_128", wgSmem(128)}, {"WG_SMEM_256", wgSmem(256)},
+		{"SMEM_ALIGN", abiSmemAlign},
 		{"F4_STAGES_T8", f4Stages[8]}, {"F4_STAGES_T16", f4Stages[16]}, {"F4_STAGES_T32", f4Stages[32]},
 		{"F4_STAGES_T64", f4Stages[64]}, {"F4_STAGES_T128", f4Stages[128]},
 		{"F4_SMEM_T8", f4Smem(8)}, {"F4_SMEM_T128", f4Smem(128)},

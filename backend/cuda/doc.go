@@ -48,12 +48,14 @@
 // by the SHA-256 of source, architecture, options and NVRTC version; each
 // entry carries its own hash and a corrupt entry is rebuilt, not trusted.
 // KIMIMOE_NVRTC_VERBOSE=1 adds ptxas's -v (registers, spills, and its
-// notes on serialized wgmma) to the options and prints the compile log.
+// notes on serialized wgmma) to the options and prints the compile log;
+// KIMIMOE_NVRTC_DEFINES ("NAME=VALUE ...") adds -D options, for kernel
+// variants under measurement.
 //
 // Four paths, chosen per forward by the token count (Layer.PathFor). On an
 // sm_90 device (the module is compiled for sm_90a) the wgmma-fp4 path takes
-// every M up to 512 where K and N are multiples of 128 and every weight
-// scale is at most 2^1: grouped GEMMs on Hopper's warpgroup MMA with the
+// every M where K and N are multiples of 128 and every weight scale is at
+// most 2^1: grouped GEMMs on Hopper's warpgroup MMA with the
 // weights kept as MXFP4 in memory (re-laid at Prepare so that each
 // thread's A fragment of a 64-k chunk is one 16-byte load and its quad's
 // scales of two 128-k steps another, each scale stored once: f4_layout.go),
@@ -62,7 +64,11 @@
 // <= 128 is a BF16 value, the subnormal at code 0.5 included; checked
 // exhaustively on the device), and fed to wgmma as its register-sourced A
 // operand with the weights on the 64-row side and 8 to 64 tokens of one
-// expert on the narrow side, staged as BF16 in shared memory. BF16
+// expert on the narrow side, staged as BF16 in shared memory in the
+// 128-byte swizzled form (each row's 16-byte pieces permuted by its place
+// in its 8-row group, so the tensor cores read them without bank
+// conflicts; 1.4-1.5x faster at M = 128 .. 512 than the unswizzled core
+// matrices). BF16
 // products are exact in float32, so the tensor cores sum whole rows in
 // float32 with no per-block scaling. Two warpgroups a CTA (64 rows each:
 // GEMM1's up and gate rows of 32 features, so the activation and MXFP8
@@ -103,14 +109,16 @@
 // quantizes x, routes into a stable expert-sorted permutation, runs
 // grouped GEMM1 (activation and requantization fused) and GEMM2 over token
 // tiles of 64 or 128 staged in shared memory, and finalizes. On sm_90 from
-// M = 192 (past the wgmma-fp4 path's 512 by default) its GEMMs are the
-// wgmma path's: warpgroup MMA on BF16 operands with the weights re-laid at
-// Prepare as BF16 in 256-row (128 where K is not a multiple of 256) tiles
-// of the operand's core-matrix layout, x and the intermediate written as
-// BF16, four cp.async stages, two consumer warpgroups (SetWGMMA and
-// SetWGMinM turn it off or move its threshold; KIMIMOE_WGMMA_MIN_M sets the
-// threshold of every layer, KIMIMOE_WGMMA_ROWS=128 the smaller tiles, both
-// to measure). KIMIMOE_DECODE_MAX_M sets the decode path's threshold (-1:
+// M = 192 where the wgmma-fp4 path is not available (or SetFP4MaxM bounds
+// it) its GEMMs are the wgmma path's: warpgroup MMA on BF16 operands with
+// the weights re-laid at Prepare as BF16 in the operand's 128-byte
+// swizzled form, GEMM1 in 128-row tiles (two CTAs an SM, three cp.async
+// stages: one CTA's activation epilogue runs beside the other's MMAs),
+// GEMM2 in 256-row tiles (128 where K is not a multiple of 256; one CTA an
+// SM, four stages), x and the intermediate written as BF16, two
+// warpgroups a CTA (SetWGMMA and SetWGMinM turn it off or move its
+// threshold; KIMIMOE_WGMMA_MIN_M sets the threshold of every layer,
+// KIMIMOE_WGMMA_ROWS="R1,R2" the two GEMMs' tile rows, both to measure). KIMIMOE_DECODE_MAX_M sets the decode path's threshold (-1:
 // only where the shape needs it).
 //
 // The two BF16 paths take x as BF16, which holds every MXFP8 value below

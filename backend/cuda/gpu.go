@@ -86,11 +86,15 @@ func (l *Layer) PathFor(m int) string {
 
 // f4MaxMDefault is the largest token count on the wgmma-fp4 GEMMs, which
 // take every smaller one where they are available (before the decode
-// path); above it the wgmma GEMMs on BF16 weights take over. Measured on
-// the H200 at the Kimi shape (docs/PERF.md): wgmma-fp4 1.465 against
-// wgmma 1.616 ms at M=512, 2.551 against 2.331 at M=1024; and below,
-// 0.107 against the decode path's 0.127 at M=1, 0.245 against 0.313 at 8.
-const f4MaxMDefault = 512
+// path); above it the wgmma GEMMs on BF16 weights take over. Since both
+// paths stage their token operands in the 128-byte swizzled form, the
+// wgmma-fp4 GEMMs are the faster at every M measured on the H200 at the
+// Kimi shape (docs/PERF.md, 2026-12-01): 1.548 against 1.906 ms at
+// M=1024, 2.940 against 3.147 at 2048, 11.31 against 11.94 at 8192; and
+// below, 0.107 against the decode path's 0.127 at M=1, 0.245 against
+// 0.313 at 8. So there is no limit by default; the wgmma path runs where
+// the wgmma-fp4 one is not available (weight scales past its exact range).
+const f4MaxMDefault = math.MaxInt32
 
 // useF4 reports whether a grouped forward of m tokens runs the wgmma-fp4
 // GEMMs: on sm_90a, for the shapes and scales f4Available allows, up to
@@ -625,11 +629,20 @@ func (l *Layer) uploadWG() error {
 		l.wgWhyNot = fmt.Sprintf("K=%d, N=%d", w.K, w.N)
 		return nil
 	}
-	l.wgRows = wgTileRows(w)
-	if os.Getenv("KIMIMOE_WGMMA_ROWS") == "128" && l.wgRows == 256 { // to measure the tile sizes
-		l.wgRows = 128
+	// GEMM1 at 128 rows a tile (two CTAs an SM: one's activation epilogue
+	// runs beside the other's MMAs), GEMM2 at wgTileRows' (docs/PERF.md).
+	l.wgRows1, l.wgRows2 = 128, wgTileRows(w)
+	if v := os.Getenv("KIMIMOE_WGMMA_ROWS"); v != "" && l.wgRows2 == 256 { // to measure the tile sizes: "R1,R2"
+		switch v {
+		case "128,128":
+			l.wgRows2 = 128
+		case "256,256":
+			l.wgRows1 = 256
+		case "256,128":
+			l.wgRows1, l.wgRows2 = 256, 128
+		}
 	}
-	return l.uploadAll(upload{&l.wgW31, wgW31(w, l.wgRows)}, upload{&l.wgW2, wgW2(w, l.wgRows)})
+	return l.uploadAll(upload{&l.wgW31, wgW31(w, l.wgRows1)}, upload{&l.wgW2, wgW2(w, l.wgRows2)})
 }
 
 // uploadF4 arranges and uploads the weights for the wgmma-fp4 path where
@@ -714,7 +727,8 @@ type Layer struct {
 	wgW31       devptr // FC1 and FC2 as BF16 for the wgmma path (0: not available)
 	wgW2        devptr
 	wgOff       bool   // the wgmma path turned off (SetWGMMA)
-	wgRows      int    // weight rows per wgmma tile
+	wgRows1     int    // weight rows per wgmma tile, GEMM1
+	wgRows2     int    // and GEMM2
 	wgMinM      int    // smallest M on the wgmma GEMMs
 	wgWhyNot    string // why it is not available
 	f4W31       devptr // FC1 and FC2 for the wgmma-fp4 path (0: not available)
@@ -1060,15 +1074,15 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 					Ready: ready, N: i32(w.N), K: i32(w.K), ELocal: i32(w.E), ReadyTarget: i32(w.N / abiF4RowsGemm1)})
 		}
 	case wg:
-		bn := l.wgRows
+		bn1, bn2 := l.wgRows1, l.wgRows2
 		gemm1 = func() error {
-			return k.wgGemm1[bn].launchWith([3]int{w.N / (bn / 2), maxTiles, 1}, abiThreads, wgSmem(bn), s,
+			return k.wgGemm1[bn1].launchWith([3]int{w.N / (bn1 / 2), maxTiles, 1}, abiThreads, wgSmem(bn1), s,
 				&wgGemm1Args{XBF: ws.xbf, W: l.wgW31, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
 					Params: l.params, AQBF: ws.aqbf, K: i32(w.K), N: i32(w.N), TopK: i32(topk), ELocal: i32(w.E),
 					Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
 		}
 		gemm2 = func() error {
-			return k.wgGemm2[bn].launchWith([3]int{w.K / bn, maxTiles, 1}, abiThreads, wgSmem(bn), s,
+			return k.wgGemm2[bn2].launchWith([3]int{w.K / bn2, maxTiles, 1}, abiThreads, wgSmem(bn2), s,
 				&wgGemm2Args{AQBF: ws.aqbf, W: l.wgW2, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
 					N: i32(w.N), K: i32(w.K), ELocal: i32(w.E)})
 		}

@@ -5,6 +5,7 @@ package cuda
 import (
 	"fmt"
 	"os"
+	"strings"
 )
 
 func compileOptions(arch string, nativeMX bool) []string {
@@ -14,6 +15,11 @@ func compileOptions(arch string, nativeMX bool) []string {
 	}
 	if os.Getenv("KIMIMOE_NVRTC_VERBOSE") == "1" { // ptxas's resource and performance notes, printed at compile time
 		opts = append(opts, "--ptxas-options=-v")
+	}
+	// Kernel variants for measurements: NAME=VALUE words, each a -D
+	// option (the cache key includes them).
+	for _, d := range strings.Fields(os.Getenv("KIMIMOE_NVRTC_DEFINES")) {
+		opts = append(opts, "-D"+d)
 	}
 	return opts
 }

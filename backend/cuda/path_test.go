@@ -22,7 +22,9 @@ func TestPathOrder(t *testing.T) {
 		want map[int]string
 	}{
 		{"sm_90a, Kimi", Layer{w: kimi, f4W31: 1, f4MaxM: f4MaxMDefault, wgW31: 1, wgMinM: wgMinM, decodeMaxM: decodeMaxM},
-			map[int]string{1: "wgmma-fp4", 24: "wgmma-fp4", 512: "wgmma-fp4", 513: "wgmma", 8192: "wgmma"}},
+			map[int]string{1: "wgmma-fp4", 24: "wgmma-fp4", 512: "wgmma-fp4", 513: "wgmma-fp4", 8192: "wgmma-fp4"}},
+		{"sm_90a, fp4 up to 512", Layer{w: kimi, f4W31: 1, f4MaxM: 512, wgW31: 1, wgMinM: wgMinM, decodeMaxM: decodeMaxM},
+			map[int]string{512: "wgmma-fp4", 513: "wgmma", 8192: "wgmma"}},
 		{"sm_90a, fp4 off", Layer{w: kimi, f4W31: 1, f4MaxM: 0, wgW31: 1, wgMinM: wgMinM, decodeMaxM: decodeMaxM},
 			map[int]string{1: "decode", 24: "decode", 25: "grouped", 191: "grouped", 192: "wgmma"}},
 		{"sm_90a, no fp4 (scales)", Layer{w: kimi, f4MaxM: f4MaxMDefault, wgW31: 1, wgMinM: wgMinM, decodeMaxM: decodeMaxM},
@@ -43,7 +45,7 @@ func TestPathOrder(t *testing.T) {
 // Every token count gets an instance's tile, growing with M.
 func TestF4TileTokens(t *testing.T) {
 	prev := 0
-	for m := 1; m <= 2*f4MaxMDefault; m++ {
+	for m := 1; m <= 16384; m++ {
 		nt := f4TileTokens(m)
 		if !slices.Contains(f4Tiles, nt) || nt < prev {
 			t.Fatalf("M=%d: tile %d (previous %d)", m, nt, prev)

@@ -23,14 +23,16 @@ import (
 // is not exact: the tensor cores' FP8 block sums lose low bits (docs/PERF.md).
 //
 // Layout: per expert, tile and k-chunk (abiWGChunkK k, 128 bytes a row),
-// wgTileBytes(rows) bytes in the wgmma operand's no-swizzle K-major form:
-// 8-row x 16-byte core matrices, row r and byte b of the chunk at
-// (r/8)*1024 + (b/16)*128 + (r%8)*16 + b%16, so a CTA copies a chunk as
-// one contiguous block. Element k of a row is bytes 2k, 2k+1 (little
-// endian). The geometry constants are in abi.go.
+// wgTileBytes(rows) bytes in the wgmma operand's 128-byte swizzled
+// K-major form (PTX's swizzle mode "128B"): row r's 128 bytes at 128 r,
+// its 16-byte piece j (elements 8j .. 8j+7) in slot j XOR (r mod 8), so a
+// CTA copies a chunk as one contiguous block and the tensor cores read a
+// piece of eight consecutive rows from eight different bank groups.
+// Element k of a row is bytes 2k, 2k+1 (little endian). The geometry
+// constants are in abi.go; the kernels' sw_off is this function.
 
 // wgOffset is the byte of row r, chunk byte b in a (tile, chunk) block.
-func wgOffset(r, b int) int { return (r/8)*1024 + (b/16)*128 + (r%8)*16 + b%16 }
+func wgOffset(r, b int) int { return 128*r + ((b/16)^(r%8))*16 + b%16 }
 
 // wgBF16Table[s][c] is the BF16 bits of E2M1 code c times 2^(s-127) (NaN
 // for s = 0xFF).
@@ -90,10 +92,11 @@ func wgW2(w *moe.Weights, bn int) []uint8 {
 	return wgArrange(w.W2, w.W2Scale, w.E, w.K, w.N, bn, w.K/bn, func(tb, r int) int { return bn*tb + r })
 }
 
-// wgTileRows picks the weight rows per tile for w (0: no wgmma path):
+// wgTileRows picks GEMM2's weight rows per tile for w (0: no wgmma path):
 // 256 where K is a multiple of 256 (a quarter less operand traffic per
 // multiply-add of 128; measured in docs/PERF.md), else 128; K and N must
 // be multiples of abiStageK (whole 64-k chunks, 64-feature FC1 tiles).
+// GEMM1 runs 128-row tiles at every shape (uploadWG).
 func wgTileRows(w *moe.Weights) int {
 	switch {
 	case w.K%abiStageK != 0 || w.N%abiStageK != 0:

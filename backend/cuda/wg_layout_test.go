@@ -89,8 +89,10 @@ func TestWGArrangeReadsBack(t *testing.T) {
 	}
 }
 
-// The layout puts each 8-row x 16-byte core matrix in 128 contiguous
-// bytes and is a bijection on a (tile, chunk) block.
+// The layout keeps each row's 128 bytes together with its 16-byte pieces
+// permuted by the row's place in its 8-row group (PTX's 128B swizzle:
+// address bits 4..6 XOR bits 7..9), and is a bijection on a (tile,
+// chunk) block.
 func TestWGOffsetBijective(t *testing.T) {
 	seen := make([]bool, wgTileBytes(256))
 	for r := range 256 {
@@ -100,8 +102,8 @@ func TestWGOffsetBijective(t *testing.T) {
 				t.Fatalf("row %d byte %d lands on %d twice", r, b, o)
 			}
 			seen[o] = true
-			if o/128 != (r/8)*8+b/16 {
-				t.Fatalf("row %d byte %d outside its core matrix", r, b)
+			if o/128 != r || o%16 != b%16 || (o>>4)&7 != (b/16)^((o>>7)&7) {
+				t.Fatalf("row %d byte %d at %d: not the 128-byte swizzle", r, b, o)
 			}
 		}
 	}

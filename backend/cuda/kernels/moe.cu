@@ -813,15 +813,19 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_gemm2_t128(co
 // One CTA: two warpgroups (256 threads), a tile of KMOE_WG_TOKENS tokens
 // of one expert (64 per warpgroup: the wgmma's M) by BN = 128 or 256
 // weight rows (its N; two instances). Both operands are staged in shared memory by cp.async, in
-// WG_STAGES stages of KMOE_WG_CHUNK_K k (128 bytes a row), in the
-// no-swizzle K-major core-matrix form (8 rows x 16 bytes in 128 contiguous
-// bytes; row r, byte b of a stage at (r/8)*1024 + (b/16)*128 + (r%8)*16 +
-// b%16): the tokens gathered row by row, the weights one contiguous block
-// per stage. Each stage is four wgmma m64n128k16 per warpgroup, issued
+// wg_stages<BN>() stages of KMOE_WG_CHUNK_K k (128 bytes a row), in the 128-byte
+// swizzled K-major form (sw_off: row r's 128 bytes at 128 r, its 16-byte
+// piece j in slot j ^ (r % 8); measured 8-17% faster than the no-swizzle
+// core-matrix form, docs/PERF.md): the tokens gathered row by row, the
+// weights one contiguous block per stage. Each stage is four wgmma m64n128k16 per warpgroup, issued
 // asynchronously; a stage is refilled once both warpgroups' wgmmas on it
 // have completed (wait_group 1 keeps the next stage's in flight).
 
-#define WG_STAGES KMOE_WG_STAGES
+// The stages of a BN-row instance: 128-row tiles run two CTAs an SM
+// (their 64 accumulators a thread allow it), so three stages of 32 KB;
+// 256-row tiles one, with four of 48 KB.
+template <int BN>
+__device__ constexpr int wg_stages() { return BN == 128 ? KMOE_WG_STAGES_128 : KMOE_WG_STAGES_256; }
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define WG_ENABLED 1
 #endif
@@ -832,12 +836,12 @@ static_assert(KMOE_WG_TOKENS == 128 && KMOE_WG_CHUNK_K == 64, "two warpgroups of
 // BN: weight rows per tile (the wgmma's N), 128 or 256.
 template <int BN>
 struct WgSmem {
-    u8 a[WG_STAGES][KMOE_WG_TOKENS * WG_CHUNK_BYTES];
-    u8 b[WG_STAGES][BN * WG_CHUNK_BYTES];
+    u8 a[wg_stages<BN>()][KMOE_WG_TOKENS * WG_CHUNK_BYTES];
+    u8 b[wg_stages<BN>()][BN * WG_CHUNK_BYTES];
     int src[KMOE_WG_TOKENS];
 };
-static_assert(sizeof(WgSmem<128>) == KMOE_WG_SMEM_128 && sizeof(WgSmem<256>) == KMOE_WG_SMEM_256,
-              "the host's dynamic shared memory sizes");
+static_assert(sizeof(WgSmem<128>) + KMOE_SMEM_ALIGN == KMOE_WG_SMEM_128 && sizeof(WgSmem<256>) + KMOE_SMEM_ALIGN == KMOE_WG_SMEM_256,
+              "the host's dynamic shared memory sizes (smem_1k's alignment included)");
 
 // gated_act, called rather than inlined: the wgmma GEMM1 evaluates it at
 // 64 unrolled sites, and inlined copies of every activation there made the
@@ -890,15 +894,21 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_x_bf16(con
 }
 
 #if defined(WG_ENABLED)
-__device__ __forceinline__ int wg_off(int r, int b) { return (r >> 3) * 1024 + (b >> 4) * 128 + (r & 7) * 16 + (b & 15); }
-
-// The shared-memory matrix descriptor: start address, leading byte offset
-// (between the two core matrices along K: 128), stride byte offset
-// (between 8-row groups: 1024), no swizzle.
-__device__ __forceinline__ u64 wg_desc(const void* p) {
+// The wgmma path's operands in the 128-byte swizzled K-major form (the
+// descriptor's swizzle mode 1): a chunk row's 128 bytes contiguous, in
+// 8-row groups of 1024 bytes, its 16-byte piece j in slot j ^ (r % 8),
+// so a piece of the group's eight rows lies in eight different bank
+// groups. The pattern follows the absolute address's bits 4..9, so every
+// operand block starts on a 1024-byte boundary (smem_1k); the k16 steps
+// of a chunk are its start address plus 32 bytes each (sw_off(0, 32 q)).
+__device__ __forceinline__ int sw_off(int r, int b) { return (r >> 3) * 1024 + (r & 7) * 128 + ((((b >> 4) ^ r) & 7) << 4) + (b & 15); }
+__device__ __forceinline__ u64 sw_desc(const void* p) {
     u64 a = smem_addr(p);
-    return ((a & 0x3FFFFull) >> 4) | ((u64)(128 >> 4) << 16) | ((u64)(1024 >> 4) << 32);
+    return ((a & 0x3FFFFull) >> 4) | (1ull << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
 }
+// The dynamic shared memory from its first 1024-byte boundary (the host
+// asks for KMOE_SMEM_ALIGN bytes more than the kernel's struct).
+__device__ __forceinline__ u8* smem_1k(u8* raw) { return raw + ((KMOE_SMEM_ALIGN - (smem_addr(raw) & (KMOE_SMEM_ALIGN - 1))) & (KMOE_SMEM_ALIGN - 1)); }
 
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -941,7 +951,7 @@ template <int BN>
 __device__ __forceinline__ void wg_stage(WgSmem<BN>& s, int st, const u8* rows, int ld, const u8* wblk, int c) {
     for (int p = threadIdx.x; p < KMOE_WG_TOKENS * WG_CHUNK_BYTES / 16; p += blockDim.x) {
         int r = p >> 3, piece = p & 7, row = s.src[r];
-        cp_async16(&s.a[st][wg_off(r, piece * 16)], rows + (u64)(row < 0 ? 0 : row) * ld + c * WG_CHUNK_BYTES + piece * 16, row >= 0);
+        cp_async16(&s.a[st][sw_off(r, piece * 16)], rows + (u64)(row < 0 ? 0 : row) * ld + c * WG_CHUNK_BYTES + piece * 16, row >= 0);
     }
     for (int p = threadIdx.x; p < BN * WG_CHUNK_BYTES / 16; p += blockDim.x) cp_async16(&s.b[st][p * 16], wblk + p * 16, true);
 }
@@ -955,24 +965,26 @@ __device__ __forceinline__ void wg_k_loop(float (&acc)[BN / 2], WgSmem<BN>& s, c
     int nchunk = kdim / KMOE_WG_CHUNK_K, ld = 2 * kdim;
     int wg = threadIdx.x >> 7;
 #pragma unroll
-    for (int st = 0; st < WG_STAGES - 1; st++) {
+    constexpr int S = wg_stages<BN>();
+#pragma unroll
+    for (int st = 0; st < S - 1; st++) {
         if (st < nchunk) wg_stage<BN>(s, st, rows, ld, wtile + st * block, st);
         cp_async_commit();
     }
     for (int c = 0; c < nchunk; c++) {
-        cp_async_wait<WG_STAGES - 2>(); // chunk c has landed (this thread's copies)
+        cp_async_wait<S - 2>(); // chunk c has landed (this thread's copies)
         fence_proxy_async();            // ... and is visible to the tensor cores
         __syncthreads();                // every thread's
-        int st = c % WG_STAGES;
+        int st = c % S;
         wg_fence();
 #pragma unroll
         for (int q = 0; q < 4; q++)
-            wgmma_bf16<BN>(acc, wg_desc(&s.a[st][wg_off(wg * 64, q * 32)]), wg_desc(&s.b[st][wg_off(0, q * 32)]));
+            wgmma_bf16<BN>(acc, sw_desc(&s.a[st][sw_off(wg * 64, q * 32)]), sw_desc(&s.b[st][sw_off(0, q * 32)]));
         wg_commit();
         wg_wait<1>();    // this warpgroup's wgmmas on chunk c-1 are done
         __syncthreads(); // ... and the other's: its stage may be refilled
-        int nx = c + WG_STAGES - 1;
-        if (nx < nchunk) wg_stage<BN>(s, nx % WG_STAGES, rows, ld, wtile + nx * block, nx);
+        int nx = c + S - 1;
+        if (nx < nchunk) wg_stage<BN>(s, nx % S, rows, ld, wtile + nx * block, nx);
         cp_async_commit();
     }
     wg_wait<0>();
@@ -995,7 +1007,7 @@ __device__ __forceinline__ void wg_gemm1_act(const WgGemm1Args& a) {
 #if defined(WG_ENABLED)
     constexpr int F = BN / 2;
     extern __shared__ __align__(128) u8 wg_smem_raw[];
-    WgSmem<BN>& s = *(WgSmem<BN>*)wg_smem_raw;
+    WgSmem<BN>& s = *(WgSmem<BN>*)smem_1k(wg_smem_raw);
     const int K = a.k, N = a.n;
     Tile tl;
     if (!block_tile<KMOE_WG_TOKENS>(a.offset, a.tile_base, a.e_local, a.perm, a.top_k, s.src, &tl)) return;
@@ -1058,7 +1070,7 @@ __device__ __forceinline__ void wg_gemm1_act(const WgGemm1Args& a) {
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_wg_gemm1_act_n128(const WgGemm1Args a) { wg_gemm1_act<128>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_wg_gemm1_act_n128(const WgGemm1Args a) { wg_gemm1_act<128>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_wg_gemm1_act_n256(const WgGemm1Args a) { wg_gemm1_act<256>(a); }
 
 // GEMM2: y[row, f] for the tile's tokens and output features [BN x,
@@ -1067,7 +1079,7 @@ template <int BN>
 __device__ __forceinline__ void wg_gemm2(const WgGemm2Args& a) {
 #if defined(WG_ENABLED)
     extern __shared__ __align__(128) u8 wg_smem_raw[];
-    WgSmem<BN>& s = *(WgSmem<BN>*)wg_smem_raw;
+    WgSmem<BN>& s = *(WgSmem<BN>*)smem_1k(wg_smem_raw);
     const int K = a.k, N = a.n;
     Tile tl;
     if (!block_tile<KMOE_WG_TOKENS>(a.offset, a.tile_base, a.e_local, nullptr, 0, s.src, &tl)) return;
@@ -1087,7 +1099,7 @@ __device__ __forceinline__ void wg_gemm2(const WgGemm2Args& a) {
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_wg_gemm2_n128(const WgGemm2Args a) { wg_gemm2<128>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_wg_gemm2_n128(const WgGemm2Args a) { wg_gemm2<128>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_wg_gemm2_n256(const WgGemm2Args a) { wg_gemm2<256>(a); }
 
 // --------------------------------------------------- the wgmma-fp4 path --
@@ -1228,13 +1240,15 @@ __device__ constexpr int f4_stages() {
 }
 
 // A stage holds one step: two 64-k chunks of the tile's tokens, each in
-// the wgmma path's no-swizzle K-major core-matrix form.
+// the wgmma path's 128-byte swizzled form (sw_off; 1024-byte aligned
+// through smem_1k).
 template <int NT>
 struct F4Smem {
     u8 b[f4_stages<NT>()][2][NT * WG_CHUNK_BYTES];
     int src[NT];
 };
-static_assert(sizeof(F4Smem<8>) == KMOE_F4_SMEM_T8 && sizeof(F4Smem<128>) == KMOE_F4_SMEM_T128, "the host's dynamic shared memory sizes");
+static_assert(sizeof(F4Smem<8>) + KMOE_SMEM_ALIGN == KMOE_F4_SMEM_T8 && sizeof(F4Smem<128>) + KMOE_SMEM_ALIGN == KMOE_F4_SMEM_T128,
+              "the host's dynamic shared memory sizes (smem_1k's alignment included)");
 
 // d += A (64 x 16 BF16 in registers, the layout's fragment) x B (16 x N,
 // descriptor db), float32 accumulators.
@@ -1309,7 +1323,7 @@ __device__ __forceinline__ void f4_pieces(F4Pieces<NT>& pc, F4Smem<NT>& s, const
         int p = threadIdx.x + KMOE_THREADS * i;
         int r = (p >> 4) % NT, half = (p >> 3) & 1, piece = p & 7, row = s.src[r];
         pc.src[i] = rows + (u64)(row < 0 ? 0 : row) * ld + half * WG_CHUNK_BYTES + piece * 16;
-        pc.dst[i] = smem_addr(&s.b[0][half][wg_off(r, piece * 16)]);
+        pc.dst[i] = smem_addr(&s.b[0][half][sw_off(r, piece * 16)]);
         pc.valid[i] = row >= 0 && p < NT * 16;
     }
 }
@@ -1334,7 +1348,7 @@ __device__ __forceinline__ void f4_chunk(float (&acc)[NT / 2], u32 (&a)[4][4], u
     f4_widen_chunk(a, w, sc);
     wg_fence();
 #pragma unroll
-    for (int q = 0; q < 4; q++) wgmma_rs<NT>(acc, a[q], db + (u64)(wg_off(0, q * 32) >> 4));
+    for (int q = 0; q < 4; q++) wgmma_rs<NT>(acc, a[q], db + (u64)(sw_off(0, q * 32) >> 4));
     wg_commit();
     // Done before a is written again: with wgmmas in flight while the next
     // chunk was widened into a second buffer, ptxas serialized every wgmma
@@ -1395,7 +1409,7 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
         cp_async_commit();
     }
     u32 a[4][4];
-    const u64 d0 = wg_desc(s.b[0][0]);
+    const u64 d0 = sw_desc(s.b[0][0]);
     for (int c0 = 0; c0 < nstep; c0 += AH) {
 #pragma unroll
         for (int u = 0; u < AH; u++) {
@@ -1582,7 +1596,7 @@ __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
 #if defined(WG_ENABLED)
     extern __shared__ __align__(128) u8 f4_smem_raw[];
     typedef typename F4SmemOf<NT, SYNC != 0>::T Smem;
-    Smem& s = *(Smem*)f4_smem_raw;
+    Smem& s = *(Smem*)(SYNC == 0 ? smem_1k(f4_smem_raw) : f4_smem_raw); // the wgmma loop's swizzled stages
     __shared__ u32 s_amax[8][NT];
     pdl_wait(); // the routing and x (the prologue)
     pdl_trigger();
@@ -1608,7 +1622,7 @@ __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
 #if defined(WG_ENABLED)
     extern __shared__ __align__(128) u8 f4_smem_raw[];
     typedef typename F4SmemOf<NT, SYNC != 0>::T Smem;
-    Smem& s = *(Smem*)f4_smem_raw;
+    Smem& s = *(Smem*)(SYNC == 0 ? smem_1k(f4_smem_raw) : f4_smem_raw); // the wgmma loop's swizzled stages
     // Launched while GEMM1 runs (launchPDL), after every GEMM1 CTA has
     // passed its pdl_wait: the routing is complete, GEMM1's intermediate
     // is waited for in the k loop, after the first weights are loaded.
