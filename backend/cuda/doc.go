@@ -73,7 +73,7 @@
 // float32 with no per-block scaling. Two warpgroups a CTA (64 rows each:
 // GEMM1's up and gate rows of 32 features, so the activation and MXFP8
 // requantization are fused in registers as on the mma.sync path), one
-// barrier per 128 k. The tiles of 8 and 16 tokens (M <= 48) run the same
+// barrier per 128 k. The tiles of 8 and 16 tokens (M <= 44) run the same
 // widened fragments through mma.sync m16n8k16 instead, whose per-warp A
 // fragment is the wgmma's, with no barrier but one per 1024 k (the tokens
 // staged in windows) and no warpgroup-wide wait: measured faster there,

@@ -163,7 +163,7 @@ func TestF4SyncLoop(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, m := range []int{1, 3, 8, 24, 32, 48} {
+	for _, m := range []int{1, 3, 8, 24, 32, 44} {
 		set(false, false)
 		if l.PathFor(m) != "wgmma-fp4" || !l.f4SyncLoop(f4TileTokens(m)) {
 			t.Fatalf("M=%d: path %s, tile %d, not the mma.sync loop", m, l.PathFor(m), f4TileTokens(m))

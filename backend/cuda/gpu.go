@@ -107,14 +107,16 @@ func (l *Layer) f4SyncLoop(tt int) bool { return !l.f4NoSync && slices.Contains(
 
 // f4TileTokens is the wgmma-fp4 GEMMs' token tile (the wgmma's N) for m
 // tokens: the tokens an expert gets grow with m. Measured on the H200 at
-// the Kimi shape (docs/PERF.md; KIMIMOE_FP4_TOKENS forces one): 32 at
-// M=64 (0.341 ms, 64: 0.485), 64 from M=128 to 1024 (0.502 ms at 128,
-// 32: 0.577; 1.465 at 512, 128: 2.137).
+// the Kimi shape (docs/PERF.md; KIMIMOE_FP4_TOKENS forces one): 16 up to
+// M=44 and 32 from 48 (0.2100 against 0.2124 ms at 44, 0.2268 against
+// 0.2147 at 48, since the swizzled stages), 32 at M=64 (0.341 ms, 64:
+// 0.485), 64 from M=128 (0.322 ms at 128, 32: 0.358; 0.565 at 256, 128:
+// 0.769).
 func f4TileTokens(m int) int {
 	switch {
 	case m <= 24:
 		return 8
-	case m <= 48:
+	case m <= 44:
 		return 16
 	case m <= 96:
 		return 32
