@@ -95,7 +95,8 @@ func TestF4WidenExhaustive(t *testing.T) {
 // The wgmma-fp4 path (sm_90a) against the mma.sync path on the same layer
 // and inputs at the Kimi shape, from M = 1 (the decode path turned off)
 // to 2048 (the path's default has no upper limit since the swizzled
-// stages), both against the oracle on sampled rows; then the switches: off,
+// stages), through every token tile (8, 16, 32 at M=48, 64), both against
+// the oracle on sampled rows; then the switches: off,
 // the grouped forwards take the other paths, and a layer whose weight
 // scales leave the exact widening's window has no wgmma-fp4 path.
 func TestF4Path(t *testing.T) {
@@ -106,7 +107,7 @@ func TestF4Path(t *testing.T) {
 	if err := l.SetDecodeMaxM(-1); err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range []int{1, 8, 32, 128, 512, 2048} {
+	for _, m := range []int{1, 8, 32, 48, 128, 512, 2048} {
 		in := kimiInput(t, s, w, m, uint64(9000+m))
 		var outs [2][]float32
 		for i, on := range []bool{true, false} {
