@@ -812,13 +812,13 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_gemm2_t128(co
 //
 // One CTA: two warpgroups (256 threads), a tile of KMOE_WG_TOKENS tokens
 // of one expert (64 per warpgroup: the wgmma's M) by BN = 128 or 256
-// weight rows (its N; two instances). Both operands are staged in shared memory by cp.async, in
-// wg_stages<BN>() stages of KMOE_WG_CHUNK_K k (128 bytes a row), in the 128-byte
-// swizzled K-major form (sw_off: row r's 128 bytes at 128 r, its 16-byte
-// piece j in slot j ^ (r % 8); measured 8-17% faster than the no-swizzle
-// core-matrix form, docs/PERF.md): the tokens gathered row by row, the
-// weights one contiguous block per stage. Each stage is four wgmma m64n128k16 per warpgroup, issued
-// asynchronously; a stage is refilled once both warpgroups' wgmmas on it
+// weight rows (its N; two instances). Both operands are staged in shared
+// memory by cp.async, in wg_stages<BN>() stages of KMOE_WG_CHUNK_K k (128
+// bytes a row), in the 128-byte swizzled K-major form (sw_off: row r's 128
+// bytes at 128 r, its 16-byte piece j in slot j ^ (r % 8); measured 8-17%
+// faster than the no-swizzle core-matrix form, docs/PERF.md): the tokens
+// gathered row by row, the weights one contiguous block per stage. Each
+// stage is four wgmma m64nBNk16 per warpgroup, issued asynchronously; a stage is refilled once both warpgroups' wgmmas on it
 // have completed (wait_group 1 keeps the next stage's in flight).
 
 // The stages of a BN-row instance: 128-row tiles run two CTAs an SM
@@ -964,7 +964,6 @@ __device__ __forceinline__ void wg_k_loop(float (&acc)[BN / 2], WgSmem<BN>& s, c
     constexpr u64 block = BN * WG_CHUNK_BYTES;
     int nchunk = kdim / KMOE_WG_CHUNK_K, ld = 2 * kdim;
     int wg = threadIdx.x >> 7;
-#pragma unroll
     constexpr int S = wg_stages<BN>();
 #pragma unroll
     for (int st = 0; st < S - 1; st++) {
@@ -973,8 +972,8 @@ __device__ __forceinline__ void wg_k_loop(float (&acc)[BN / 2], WgSmem<BN>& s, c
     }
     for (int c = 0; c < nchunk; c++) {
         cp_async_wait<S - 2>(); // chunk c has landed (this thread's copies)
-        fence_proxy_async();            // ... and is visible to the tensor cores
-        __syncthreads();                // every thread's
+        fence_proxy_async();    // ... and is visible to the tensor cores
+        __syncthreads();        // every thread's
         int st = c % S;
         wg_fence();
 #pragma unroll
