@@ -432,10 +432,8 @@ func TestLayerKnob(t *testing.T) {
 	}
 }
 
-// compare pairs bench and peer rows by M (a peer row without a time and
-// an M only one file has are left out), computes x floor and peer /
-// kimimoe from the files' numbers, and refuses files measured too far
-// apart to be one call (unless --any-time) or with no M in common.
+// bench --k and --n take positive multiples of 32 (or 0, Kimi's), and
+// not with --devices: each bad value is a usage error naming its flag.
 func TestBenchShapeFlags(t *testing.T) {
 	for _, args := range [][]string{{"--k", "100"}, {"--n", "-32"}, {"--k", "256", "--devices", "2"}} {
 		var ue usageError
@@ -445,6 +443,11 @@ func TestBenchShapeFlags(t *testing.T) {
 	}
 }
 
+// compare pairs bench and peer rows by M (a peer row without a time and
+// an M only one file has are left out), computes x floor and peer /
+// kimimoe from the files' numbers, and refuses files measured too far
+// apart to be one call (unless --any-time), a bench at another shape
+// than the peer's, or files with no M in common.
 func TestCompareCommand(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, text string) string {
