@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"math"
+	"math/bits"
 	"strings"
 	"testing"
 
@@ -19,11 +20,11 @@ func f4Unpack(q uint32, j int) uint32 {
 	case 0:
 		return q & 0x81C081C0
 	case 1:
-		return q << 3 & 0x81C081C0
-	case 2:
 		return q << 6 & 0x81C081C0
+	case 2:
+		return bits.RotateLeft32(q, 12) & 0x81C081C0
 	}
-	return q>>6&0x01800180 | q>>4&0x00400040 | q<<4&0x80008000
+	return q<<2&0x80C080C0 | q>>6&0x01000100
 }
 
 // The placement: the eight (register, half) fields of a word are disjoint

@@ -1189,12 +1189,14 @@ __device__ __forceinline__ void f4_mults(u32 sc, u32* b0, u32* b1) {
 // step: each half's sign to bit 15 and magnitude bits to 8..6 (the value
 // E2M1 x 2^-126, code 1 a BF16 subnormal), then times 2^(s-1): mm's low
 // half is row r0's multiplier (registers 0 and 2), its high half row r1's
-// (1 and 3).
+// (1 and 3). Nine integer instructions a word (a mask; a shift or a
+// rotation and a mask, twice; two shifts, two masks): no placement does it
+// in fewer (f4_layout.go), and the placement before took eleven.
 __device__ __forceinline__ void f4_widen(u32 (&a)[4], u32 q, u32 mm) {
     u32 o0 = q & 0x81C081C0u;
-    u32 o1 = (q << 3) & 0x81C081C0u;
-    u32 o2 = (q << 6) & 0x81C081C0u;
-    u32 o3 = ((q >> 6) & 0x01800180u) | ((q >> 4) & 0x00400040u) | ((q << 4) & 0x80008000u);
+    u32 o1 = (q << 6) & 0x81C081C0u;
+    u32 o2 = __funnelshift_l(q, q, 12) & 0x81C081C0u; // a rotation: one SHF
+    u32 o3 = ((q << 2) & 0x80C080C0u) | ((q >> 6) & 0x01000100u);
     a[0] = bf16x2_mul_half<0>(o0, mm);
     a[1] = bf16x2_mul_half<1>(o1, mm);
     a[2] = bf16x2_mul_half<0>(o2, mm);
