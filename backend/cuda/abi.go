@@ -366,6 +366,18 @@ const (
 // f4Tiles are the instances' tokens per tile (the wgmma's N).
 var f4Tiles = []int{8, 16, 32, 64, 128}
 
+// f4FitTiles are the tiles with instances whose wgmma loop runs at N = the
+// tile's tokens rounded up to 8 (kmoe_f4_*_fit_t*, taken up to f4FitMaxM
+// tokens). Measured on the H200 (docs/PERF.md f23): M=48 0.2079 -> 0.1917
+// ms, M=64 0.2164 -> 0.2052, M=256 0.5363 -> 0.5219, M=512 0.8837 ->
+// 0.8770; but M=1024 1.5112 -> 1.5486 and 2048 2.8700 -> 2.9322, where
+// the tiles are full and the kernel with one loop per N runs them slower.
+var f4FitTiles = []int{32, 64}
+
+// f4FitMaxMDefault is the most tokens the fitted instances take (between
+// the measured 512, where they win, and 1024, where they lose).
+const f4FitMaxMDefault = 512
+
 // f4Stages are the token chunks staged at once per tile size: deeper for
 // small tiles, whose stages are small and whose loop is latency-bound.
 var f4Stages = map[int]int{8: 8, 16: 6, 32: 5, 64: 4, 128: 3}
@@ -520,6 +532,8 @@ var (
 	kAddRows      = spec[addRowsArgs]("kmoe_add_rows")
 	kF4Gemm1      = instances[f4Gemm1Args]("kmoe_f4_gemm1_act_t", f4Tiles)
 	kF4Gemm2      = instances[f4Gemm2Args]("kmoe_f4_gemm2_t", f4Tiles)
+	kF4FitGemm1   = instances[f4Gemm1Args]("kmoe_f4_gemm1_act_fit_t", f4FitTiles)
+	kF4FitGemm2   = instances[f4Gemm2Args]("kmoe_f4_gemm2_fit_t", f4FitTiles)
 	kF4SGemm1     = instances[f4Gemm1Args]("kmoe_f4s_gemm1_act_t", f4sTiles)
 	kF4SGemm2     = instances[f4Gemm2Args]("kmoe_f4s_gemm2_t", f4sTiles)
 	kF4SGemm2Deep = spec[f4Gemm2Args]("kmoe_f4s_gemm2_t8_deep")
@@ -545,7 +559,7 @@ var decodeSubtiles = []int{1, 2, 4}
 var kernelSpecs = func() []kernelSpec {
 	all := []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize,
 		kDecPrologue, kTestWiden4, kXBF16, kRouteXBF16, kGatherRows, kAddRows, kTestF4Widen, kF4SGemm2Deep}
-	for _, m := range []map[int]kernelSpec{kDecGemm1, kDecGemm2, kWGGemm1, kWGGemm2, kF4Gemm1, kF4Gemm2, kF4SGemm1, kF4SGemm2} {
+	for _, m := range []map[int]kernelSpec{kDecGemm1, kDecGemm2, kWGGemm1, kWGGemm2, kF4Gemm1, kF4Gemm2, kF4FitGemm1, kF4FitGemm2, kF4SGemm1, kF4SGemm2} {
 		for _, k := range m {
 			all = append(all, k)
 		}
@@ -646,6 +660,7 @@ func abiHeader() string {
 		{"F4S_DEEP2_AHEAD", f4sDeep2.ahead}, {"F4S_DEEP2_BLOCKS", f4sDeep2.blocks},
 		{"F4S_SMEM_T8", f4sSmem(8)}, {"F4S_SMEM_T16", f4sSmem(16)},
 		{"F4_CHUNK_BYTES", f4ChunkBytes}, {"F4_CHUNK_SCALES", f4ChunkScales}, {"F4_TILE_MAX", abiF4TileMax},
+		{"F4_FIT_TILE_MAX", f4FitTiles[len(f4FitTiles)-1]},
 	} {
 		fmt.Fprintf(&b, "#define KMOE_%s %d\n", d.name, d.v)
 	}

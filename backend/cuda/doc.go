@@ -59,8 +59,9 @@
 // weights kept as MXFP4 in memory (re-laid at Prepare so that each
 // thread's A fragment of a 64-k chunk is one 16-byte load and its quad's
 // scales of two 128-k steps another, each scale stored once: f4_layout.go),
-// widened to BF16 in registers by a shift and a mask per pair and one
-// BF16 multiply by 2^(s-1), which is exact (every E2M1 x 2^(s-127) with s
+// widened to BF16 in registers by nine integer instructions a word of
+// eight weights (shifts, one rotation, masks) and one BF16 multiply a pair
+// by 2^(s-1), which is exact (every E2M1 x 2^(s-127) with s
 // <= 128 is a BF16 value, the subnormal at code 0.5 included; checked
 // exhaustively on the device), and fed to wgmma as its register-sourced A
 // operand with the weights on the 64-row side and 8 to 64 tokens of one
@@ -72,7 +73,11 @@
 // sum whole rows in float32 with no per-block scaling. Two warpgroups a CTA (64 rows each:
 // GEMM1's up and gate rows of 32 features, so the activation and MXFP8
 // requantization are fused in registers as on the mma.sync path), one
-// barrier per 128 k. The tiles of 8 and 16 tokens (M <= 44) run the same
+// barrier per 128 k. Up to f4FitMaxM (512) tokens the tiles of 32 and 64
+// run the wgmma at N = the tile's tokens rounded up to 8 (instances of
+// their own: one loop per N in one kernel slowed full tiles), so an
+// expert's ~37 tokens at M=128 cost a 40-wide MMA, not a 64-wide one. The
+// tiles of 8 and 16 tokens (M <= 32) run the same
 // widened fragments through mma.sync m16n8k16 instead, whose per-warp A
 // fragment is the wgmma's, with no barrier but one per 1024 k (the tokens
 // staged in windows) and no warpgroup-wide wait: measured faster there,
@@ -87,7 +92,8 @@
 // in two launches after a memset and x_bf16. SetFP4MaxM moves its
 // threshold (0: off);
 // KIMIMOE_FP4_MAX_M sets it for every layer, KIMIMOE_FP4_TOKENS forces a
-// token tile, KIMIMOE_FP4_SYNC=0 keeps the small tiles on the wgmma loop,
+// token tile, KIMIMOE_FP4_FIT_MAX_M moves the fitted N's threshold (0:
+// off), KIMIMOE_FP4_SYNC=0 keeps the small tiles on the wgmma loop,
 // KIMIMOE_PDL=0 launches without programmatic dependence and
 // KIMIMOE_TILE_READY=0 makes GEMM2 wait for all of GEMM1 (below), all to
 // measure (read at Prepare). From M = 2 (f4TileReadyMinM) each GEMM2 CTA

@@ -164,7 +164,7 @@ func TestF4SyncLoop(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, m := range []int{1, 3, 8, 24, 32, 44} {
+	for _, m := range []int{1, 3, 8, 24, 32} {
 		set(false, false)
 		if l.PathFor(m) != "wgmma-fp4" || !l.f4SyncLoop(f4TileTokens(m)) {
 			t.Fatalf("M=%d: path %s, tile %d, not the mma.sync loop", m, l.PathFor(m), f4TileTokens(m))
@@ -201,6 +201,56 @@ func TestF4SyncLoop(t *testing.T) {
 	b.k.f4sGemm1 = saved
 	if err == nil {
 		t.Fatal("M=1 ran without the mma.sync loop's GEMM1 kernel")
+	}
+}
+
+// TestF4FitN: the wgmma loop at N = the tile's tokens rounded up to a
+// whole 8 (the _fit instances) gives the bits of the loop at the tile's
+// full N (f4FitMaxM 0), at M whose tiles of 32 and 64 tokens are partly
+// filled (M=40: ~11 tokens an expert; 128: ~37; 200: ~57, some experts
+// past one tile). A dropped 8-token group would leave its tokens' rows as
+// GEMM1's zeros, not the same bits; the last part shows the forward
+// launches the fitted kernels at all.
+func TestF4FitN(t *testing.T) {
+	b, l, s, w, _ := kimiSM90aLayer(t, "the wgmma-fp4 path")
+	if err := l.SetDecodeMaxM(-1); err != nil {
+		t.Fatal(err)
+	}
+	setFit := func(maxM int) {
+		t.Helper()
+		if err := l.reconfigure(func() error { l.f4FitMaxM = maxM; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, m := range []int{40, 128, 200} {
+		in := kimiInput(t, s, w, m, uint64(9300+m))
+		var outs [2][]float32
+		for i, maxM := range []int{f4FitMaxMDefault, 0} {
+			setFit(maxM)
+			if tt := f4TileTokens(m); l.PathFor(m) != "wgmma-fp4" || l.f4Fit(m, tt) != (maxM > 0) {
+				t.Fatalf("M=%d: path %s, tile %d, fitted %v", m, l.PathFor(m), tt, l.f4Fit(m, tt))
+			}
+			outs[i] = nanFilledOut(m * w.K)
+			if err := l.Forward(outs[i], in, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for j := range outs[0] {
+			if math.Float32bits(outs[0][j]) != math.Float32bits(outs[1][j]) || math.IsNaN(float64(outs[0][j])) {
+				t.Fatalf("M=%d: value %d is %g at the fitted N, %g at the tile's N", m, j, outs[0][j], outs[1][j])
+			}
+		}
+		t.Logf("M=%d: %d values bitwise equal at the fitted and the full N", m, len(outs[0]))
+	}
+
+	setFit(f4FitMaxMDefault)
+	in := kimiInput(t, s, w, 128, 9399)
+	saved := b.k.f4FitGemm1
+	b.k.f4FitGemm1 = nil // no function to launch
+	err := l.Forward(nanFilledOut(128*w.K), in, nil)
+	b.k.f4FitGemm1 = saved
+	if err == nil {
+		t.Fatal("M=128 ran without the fitted GEMM1 kernel")
 	}
 }
 

@@ -105,18 +105,24 @@ func (l *Layer) useF4(m int) bool { return l.f4W31 != 0 && m <= l.f4MaxM }
 // barrier-free mma.sync loop (f4sTiles) rather than the wgmma loop.
 func (l *Layer) f4SyncLoop(tt int) bool { return !l.f4NoSync && slices.Contains(f4sTiles, tt) }
 
+// f4Fit reports whether m tokens in token tile tt run the wgmma loop at
+// each tile's N (f4FitTiles, up to f4FitMaxM tokens) rather than at tt.
+func (l *Layer) f4Fit(m, tt int) bool {
+	return m <= l.f4FitMaxM && slices.Contains(f4FitTiles, tt) && !l.f4SyncLoop(tt)
+}
+
 // f4TileTokens is the wgmma-fp4 GEMMs' token tile (the wgmma's N) for m
 // tokens: the tokens an expert gets grow with m. Measured on the H200 at
 // the Kimi shape (docs/PERF.md; KIMIMOE_FP4_TOKENS forces one): 16 up to
-// M=44 and 32 from 48 (0.2100 against 0.2124 ms at 44, 0.2268 against
-// 0.2147 at 48, since the swizzled stages), 32 at M=64 (0.341 ms, 64:
-// 0.485), 64 from M=128 (0.322 ms at 128, 32: 0.358; 0.565 at 256, 128:
-// 0.769).
+// M=32 and 32 from 33 (with the fitted N, f23: 0.1778 against 0.1794 ms
+// at 32, 0.1847 against 0.1876 at 36, 0.1905 against 0.2019 at 44), 32 up
+// to M=96 (0.2067 ms at 64, 64: 0.2495; 0.2411 at 96, 64: 0.2769), 64
+// from M=128 (0.3086 ms at 128, 32: 0.3262; 0.3864 at 192, 32: 0.4028).
 func f4TileTokens(m int) int {
 	switch {
 	case m <= 24:
 		return 8
-	case m <= 44:
+	case m <= 32:
 		return 16
 	case m <= 96:
 		return 32
@@ -268,6 +274,8 @@ type kernels struct {
 	wgGemm2      map[int]kernel[wgGemm2Args]
 	f4Gemm1      map[int]kernel[f4Gemm1Args] // by token tile
 	f4Gemm2      map[int]kernel[f4Gemm2Args]
+	f4FitGemm1   map[int]kernel[f4Gemm1Args] // the wgmma loop at the tile's N, by token tile (f4FitTiles)
+	f4FitGemm2   map[int]kernel[f4Gemm2Args]
 	f4sGemm1     map[int]kernel[f4Gemm1Args] // the small tiles' barrier-free loop, by token tile
 	f4sGemm2     map[int]kernel[f4Gemm2Args]
 	f4sGemm2Deep kernel[f4Gemm2Args] // its GEMM2 at 8 tokens for small grids (f4sDeep2)
@@ -314,6 +322,10 @@ func loadKernels(m cuModule) (*kernels, error) {
 	k.f4Gemm1, err = bindAll[f4Gemm1Args](m, kF4Gemm1, f4Smem)
 	add(err)
 	k.f4Gemm2, err = bindAll[f4Gemm2Args](m, kF4Gemm2, f4Smem)
+	add(err)
+	k.f4FitGemm1, err = bindAll[f4Gemm1Args](m, kF4FitGemm1, f4Smem)
+	add(err)
+	k.f4FitGemm2, err = bindAll[f4Gemm2Args](m, kF4FitGemm2, f4Smem)
 	add(err)
 	k.f4sGemm1, err = bindAll[f4Gemm1Args](m, kF4SGemm1, f4sSmem)
 	add(err)
@@ -558,7 +570,7 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 			backend.ErrUnsupported, 48<<10/4-1, w.E, backend.GoName)
 	}
 	l := &Layer{b: b, w: w, spec: spec, numGlobal: numGlobal, decodeMaxM: decodeMaxM, wgMinM: wgMinM, f4MaxM: f4MaxMDefault,
-		ws: map[int]*workspace{}}
+		ws: map[int]*workspace{}, f4FitMaxM: f4FitMaxMDefault}
 	// Path settings from the environment, to run a whole suite or bench on
 	// one path (the Set* methods do the same per layer).
 	for _, e := range []struct {
@@ -569,7 +581,8 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 		{"KIMIMOE_DECODE_MAX_M", -1, &l.decodeMaxM}, // -1: never
 		{"KIMIMOE_FP4_MAX_M", 0, &l.f4MaxM},         // 0: never
 		{"KIMIMOE_WGMMA_MIN_M", 1, &l.wgMinM},
-		{"KIMIMOE_FP4_TOKENS", 0, &l.f4Tokens}, // to measure the tiles
+		{"KIMIMOE_FP4_TOKENS", 0, &l.f4Tokens},     // to measure the tiles
+		{"KIMIMOE_FP4_FIT_MAX_M", 0, &l.f4FitMaxM}, // 0: every tile at its full N
 	} {
 		if v := os.Getenv(e.name); v != "" {
 			n, err := strconv.Atoi(v)
@@ -739,6 +752,7 @@ type Layer struct {
 	f4W2S       devptr
 	f4MaxM      int                // largest M on the wgmma-fp4 GEMMs
 	f4Tokens    int                // the wgmma-fp4 token tile forced by KIMIMOE_FP4_TOKENS (0: by M)
+	f4FitMaxM   int                // most tokens on the fitted-N instances (f4Fit)
 	f4NoSync    bool               // KIMIMOE_FP4_SYNC=0: the small tiles on the wgmma loop too
 	noPDL       bool               // KIMIMOE_PDL=0: no programmatic dependent launch on the wgmma-fp4 path
 	noTileReady bool               // KIMIMOE_TILE_READY=0: GEMM2 waits for all of GEMM1 (pdl_wait), not its tile
@@ -1054,6 +1068,9 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 	switch {
 	case f4:
 		g1, g2, smem := k.f4Gemm1[tt], k.f4Gemm2[tt], f4Smem(tt)
+		if l.f4Fit(m, tt) {
+			g1, g2 = k.f4FitGemm1[tt], k.f4FitGemm2[tt]
+		}
 		if l.f4SyncLoop(tt) {
 			g1, g2, smem = k.f4sGemm1[tt], k.f4sGemm2[tt], f4sSmem(tt)
 			if tt == 8 && m <= f4sDeepMaxM {

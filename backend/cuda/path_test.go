@@ -55,7 +55,8 @@ func TestF4TileTokens(t *testing.T) {
 }
 
 // The barrier-free loop's tiles are tiles of the path, and the ones M up
-// to 44 takes (f4TileTokens).
+// to 32 takes (f4TileTokens); from 33 the wgmma loop runs, at each tile's
+// N up to f4FitMaxM tokens (f4Fit), at the tile's above.
 func TestF4SyncTiles(t *testing.T) {
 	// Shared memory an SM on sm_90: 228 KB, 1 KB of it reserved a CTA
 	// (CUDA C++ Programming Guide, compute capability 9.0).
@@ -81,15 +82,16 @@ func TestF4SyncTiles(t *testing.T) {
 			t.Errorf("tile %d: %d CTAs an SM need %d bytes of shared memory", nt, f4sBlocks[nt], need)
 		}
 	}
-	l := &Layer{}
-	for m := 1; m <= 44; m++ {
-		if !l.f4SyncLoop(f4TileTokens(m)) {
+	l := &Layer{f4FitMaxM: f4FitMaxMDefault}
+	for m := 1; m <= 32; m++ {
+		if !l.f4SyncLoop(f4TileTokens(m)) || l.f4Fit(m, f4TileTokens(m)) {
 			t.Errorf("M=%d (tile %d) is not on the mma.sync loop", m, f4TileTokens(m))
 		}
 	}
-	for _, m := range []int{48, 64} {
-		if l.f4SyncLoop(f4TileTokens(m)) {
-			t.Errorf("M=%d (tile %d) is on the mma.sync loop", m, f4TileTokens(m))
+	for _, m := range []int{33, 48, 64, 128, f4FitMaxMDefault, f4FitMaxMDefault + 1, 2048} {
+		tt := f4TileTokens(m)
+		if l.f4SyncLoop(tt) || l.f4Fit(m, tt) != (m <= f4FitMaxMDefault) {
+			t.Errorf("M=%d (tile %d): mma.sync loop %v, fitted N %v", m, tt, l.f4SyncLoop(tt), l.f4Fit(m, tt))
 		}
 	}
 	l.f4NoSync = true

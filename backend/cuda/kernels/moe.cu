@@ -1252,7 +1252,8 @@ static_assert(sizeof(F4Smem<8>) + KMOE_SMEM_ALIGN == KMOE_F4_SMEM_T8 && sizeof(F
               "the host's dynamic shared memory sizes (smem_1k's alignment included)");
 
 // d += A (64 x 16 BF16 in registers, the layout's fragment) x B (16 x N,
-// descriptor db), float32 accumulators.
+// descriptor db), float32 accumulators. N: every multiple of 8 up to 64
+// (a tile's tokens rounded up to a whole 8: f4_k_loop's NE), and 128.
 __device__ __forceinline__ void wgmma_rs_n8(float (&d)[4], const u32 (&a)[4], u64 db) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
@@ -1271,12 +1272,48 @@ __device__ __forceinline__ void wgmma_rs_n16(float (&d)[8], const u32 (&a)[4], u
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
+__device__ __forceinline__ void wgmma_rs_n24(float (&d)[12], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, {%12, %13, %14, %15}, %16, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
 __device__ __forceinline__ void wgmma_rs_n32(float (&d)[16], const u32 (&a)[4], u64 db) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+__device__ __forceinline__ void wgmma_rs_n40(float (&d)[20], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n40k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19}, {%20, %21, %22, %23}, %24, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+__device__ __forceinline__ void wgmma_rs_n48(float (&d)[24], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, {%24, %25, %26, %27}, %28, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+__device__ __forceinline__ void wgmma_rs_n56(float (&d)[28], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n56k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27}, {%28, %29, %30, %31}, %32, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
@@ -1298,13 +1335,20 @@ __device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const u32 (&a)[4],
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
-template <int NT>
-__device__ __forceinline__ void wgmma_rs(float (&d)[NT / 2], const u32 (&a)[4], u64 db) {
-    if constexpr (NT == 8) wgmma_rs_n8(d, a, db);
-    else if constexpr (NT == 16) wgmma_rs_n16(d, a, db);
-    else if constexpr (NT == 32) wgmma_rs_n32(d, a, db);
-    else if constexpr (NT == 64) wgmma_rs_n64(d, a, db);
-    else wgmma_rs_n128(d, a, db);
+template <int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const u32 (&a)[4], u64 db) {
+    if constexpr (N == 8) wgmma_rs_n8(d, a, db);
+    else if constexpr (N == 16) wgmma_rs_n16(d, a, db);
+    else if constexpr (N == 24) wgmma_rs_n24(d, a, db);
+    else if constexpr (N == 32) wgmma_rs_n32(d, a, db);
+    else if constexpr (N == 40) wgmma_rs_n40(d, a, db);
+    else if constexpr (N == 48) wgmma_rs_n48(d, a, db);
+    else if constexpr (N == 56) wgmma_rs_n56(d, a, db);
+    else if constexpr (N == 64) wgmma_rs_n64(d, a, db);
+    else {
+        static_assert(N == 128, "an instance above");
+        wgmma_rs_n128(d, a, db);
+    }
 }
 
 // The token pieces (16 bytes of a row's 128-k step) this thread stages,
@@ -1329,27 +1373,32 @@ __device__ __forceinline__ void f4_pieces(F4Pieces<NT>& pc, F4Smem<NT>& s, const
     }
 }
 
-// Stage step c (k [128c, 128c + 128)) into stage st.
-template <int NT>
+// Stage step c (k [128c, 128c + 128)) of the first NE token rows into
+// stage st (the MMAs read no others).
+template <int NT, int NE>
 __device__ __forceinline__ void f4_stage(const F4Pieces<NT>& pc, int st, int c) {
     constexpr u32 stage = 2 * NT * WG_CHUNK_BYTES;
 #pragma unroll
     for (int i = 0; i < F4Pieces<NT>::P; i++) {
-        if (threadIdx.x + KMOE_THREADS * i < NT * 16)
+        if (threadIdx.x + KMOE_THREADS * i < NE * 16)
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(pc.dst[i] + st * stage),
                          "l"(pc.src[i] + c * 2 * WG_CHUNK_BYTES), "r"(pc.valid[i] ? 16 : 0));
     }
 }
 
 // Widen one 64-k chunk of this thread's weights (4 words, the scale word)
-// into a and multiply it by this warpgroup's tokens in the stage chunk
-// whose descriptor is db (k16 step q at + 16 q: 256 bytes further).
-template <int NT>
+// into a and multiply it by the first NE of this warpgroup's tokens in the
+// stage chunk whose descriptor is db (k16 step q at + 16 q: 256 bytes
+// further), into the first NE / 2 accumulators (the wgmma register map
+// gives tokens 8i.. 8i + 7 registers 4i.. 4i + 3 at every N).
+template <int NT, int NE>
 __device__ __forceinline__ void f4_chunk(float (&acc)[NT / 2], u32 (&a)[4][4], uint4 w, u32 sc, u64 db) {
+    static_assert(NE % 8 == 0 && NE <= NT, "whole 8-token groups of the tile");
+    float(&d)[NE / 2] = *reinterpret_cast<float(*)[NE / 2]>(&acc[0]);
     f4_widen_chunk(a, w, sc);
     wg_fence();
 #pragma unroll
-    for (int q = 0; q < 4; q++) wgmma_rs<NT>(acc, a[q], db + (u64)(sw_off(0, q * 32) >> 4));
+    for (int q = 0; q < 4; q++) wgmma_rs<NE>(d, a[q], db + (u64)(sw_off(0, q * 32) >> 4));
     wg_commit();
     // Done before a is written again: with wgmmas in flight while the next
     // chunk was widened into a second buffer, ptxas serialized every wgmma
@@ -1394,8 +1443,9 @@ struct F4Weights {
 
 // The k loop: acc (this thread's NT/2 accumulators of its warpgroup's 64
 // rows x NT tokens) += weights (wt, begun) x tokens over kdim k (a
-// multiple of 128), in steps of 128 k (two layout chunks).
-template <int NT, int AH>
+// multiple of 128), in steps of 128 k (two layout chunks), on the tile's
+// first NE tokens (the MMA's N; the other accumulators keep their zeros).
+template <int NT, int NE, int AH>
 __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, const u8* rows, int kdim,
                                           F4Weights<AH>& wt, InputWait in) {
     int nstep = wt.nstep;
@@ -1406,7 +1456,7 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
     static_assert(S >= 3, "a stage refilled two steps behind");
 #pragma unroll
     for (int st = 0; st < S - 2; st++) {
-        if (st < nstep) f4_stage<NT>(pc, st, st);
+        if (st < nstep) f4_stage<NT, NE>(pc, st, st);
         cp_async_commit();
     }
     u32 a[4][4];
@@ -1420,7 +1470,7 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
             fence_proxy_async();    // ... and are visible to the tensor cores
             __syncthreads();        // every thread's; and every warpgroup's wgmmas on step c - 1 are done
             int nx = c + S - 2;     // into step c - 2's stage
-            if (nx < nstep) f4_stage<NT>(pc, nx % S, nx);
+            if (nx < nstep) f4_stage<NT, NE>(pc, nx % S, nx);
             cp_async_commit();
             // The descriptors, from stage 0's (the start address field
             // counts 16-byte units; no carry out of it within shared memory).
@@ -1431,7 +1481,7 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
             // whole load (ncu: a quarter of the stall samples at M=1 and 8).
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                f4_chunk<NT>(acc, a, wt.raw[u][h], wt.sc.word(u, h), db + h * (sizeof(s.b[0][0]) >> 4));
+                f4_chunk<NT, NE>(acc, a, wt.raw[u][h], wt.sc.word(u, h), db + h * (sizeof(s.b[0][0]) >> 4));
                 wt.reload(u, h, c);
             }
         }
@@ -1439,6 +1489,24 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
 #pragma unroll
     for (int i = 0; i < NT / 2; i++) asm volatile("" : "+f"(acc[i])::"memory");
     cp_async_wait<0>();
+}
+
+// The k loop at N = the tile's tokens rounded up to a whole 8 (ng groups
+// of 8; the _fit instances, f4FitTiles in abi.go): the tensor cores' time
+// is proportional to N, and a 32-token tile at M=48 holds ~14 tokens, a
+// 64-token tile at M=128 ~37. Its own instances, because the kernel with
+// one loop per N ran full tiles 2-6% slower than the kernel with one loop
+// (docs/PERF.md f23), so large M keep the plain ones.
+template <int NT, int NE, int AH>
+__device__ __forceinline__ void f4_k_loop_fit(float (&acc)[NT / 2], F4Smem<NT>& s, const u8* rows, int kdim,
+                                              F4Weights<AH>& wt, InputWait in, int ng) {
+    if constexpr (NE > 8) {
+        if (ng < NE / 8) {
+            f4_k_loop_fit<NT, NE - 8, AH>(acc, s, rows, kdim, wt, in, ng);
+            return;
+        }
+    }
+    f4_k_loop<NT, NE>(acc, s, rows, kdim, wt, in);
 }
 #endif
 
@@ -1571,8 +1639,9 @@ __device__ constexpr int f4_tile_ahead() {
 
 // acc = this warpgroup's 64 weight rows (row group `group` of the layout:
 // payload w, scales ws) x the tile's tokens (rows, kdim k a row), by the
-// loop SYNC picks: the k loop of both GEMMs.
-template <int NT, int SYNC, typename Smem>
+// loop SYNC picks (FIT: the wgmma loop at the tile's N): the k loop of
+// both GEMMs.
+template <int NT, int SYNC, bool FIT, typename Smem>
 __device__ __forceinline__ void f4_tile_mma(float (&acc)[NT / 2], Smem& s, const u8* rows, int kdim, const u8* w,
                                             const u8* ws, u64 group, InputWait in, int ntok) {
     F4Weights<f4_tile_ahead<NT, SYNC>()> wt;
@@ -1580,7 +1649,8 @@ __device__ __forceinline__ void f4_tile_mma(float (&acc)[NT / 2], Smem& s, const
 #pragma unroll
     for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
     if constexpr (SYNC != 0) f4s_k_loop<NT, SYNC>(acc, s, rows, kdim, wt, in, ntok);
-    else f4_k_loop<NT>(acc, s, rows, kdim, wt, in);
+    else if constexpr (FIT) f4_k_loop_fit<NT, NT>(acc, s, rows, kdim, wt, in, (ntok + 7) / 8);
+    else f4_k_loop<NT, NT>(acc, s, rows, kdim, wt, in);
 }
 #endif
 
@@ -1591,8 +1661,9 @@ __device__ __forceinline__ void f4_tile_mma(float (&acc)[NT / 2], Smem& s, const
 // and gate (i >= 2) of feature 64x + 8w + l/4: the grouped GEMM1's
 // register layout, whose epilogue (act_requant_store) it shares, writing
 // the intermediate as BF16 for GEMM2. grid.x = N / 64.
-// SYNC: 0 for the wgmma loop, else the mma.sync loop with SYNC steps ahead.
-template <int NT, int SYNC>
+// SYNC: 0 for the wgmma loop, else the mma.sync loop with SYNC steps ahead;
+// FIT: the wgmma loop at the tile's N (f4_k_loop_fit).
+template <int NT, int SYNC, bool FIT = false>
 __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
 #if defined(WG_ENABLED)
     extern __shared__ __align__(128) u8 f4_smem_raw[];
@@ -1606,7 +1677,7 @@ __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float acc[NT / 2];
     u64 group = (u64)tl.expert * (a.n / 32) + blockIdx.x * 2 + (threadIdx.x >> 7); // this warpgroup's 64 rows
-    f4_tile_mma<NT, SYNC>(acc, s, a.xbf, a.k, a.w, a.ws, group, InputWait{nullptr, 0, 0}, tl.count); // waited above
+    f4_tile_mma<NT, SYNC, FIT>(acc, s, a.xbf, a.k, a.w, a.ws, group, InputWait{nullptr, 0, 0}, tl.count); // waited above
     const float* p = a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE;
     act_requant_store<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), (tl.count + 7) / 8, tl.count, s_amax, warp,
                               (warp >> 2) * 4, p, a.kind, a.chain, a.recipe, lane >> 2, lane & 3, nullptr, nullptr,
@@ -1617,8 +1688,9 @@ __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
 
 // GEMM2: y[row, f] for the tile's tokens and output features [128x,
 // 128x + 128), warpgroup h the 64 of [128x + 64h, +64). grid.x = K / 128.
-// SYNC: 0 for the wgmma loop, else the mma.sync loop with SYNC steps ahead.
-template <int NT, int SYNC>
+// SYNC: 0 for the wgmma loop, else the mma.sync loop with SYNC steps ahead;
+// FIT: the wgmma loop at the tile's N (f4_k_loop_fit).
+template <int NT, int SYNC, bool FIT = false>
 __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
 #if defined(WG_ENABLED)
     extern __shared__ __align__(128) u8 f4_smem_raw[];
@@ -1633,7 +1705,7 @@ __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float acc[NT / 2];
     u64 group = (u64)tl.expert * (a.k / 64) + blockIdx.x * 2 + (threadIdx.x >> 7); // this warpgroup's 64 rows
-    f4_tile_mma<NT, SYNC>(acc, s, a.aqbf, a.n, a.w, a.ws, group,
+    f4_tile_mma<NT, SYNC, FIT>(acc, s, a.aqbf, a.n, a.w, a.ws, group,
                           InputWait{a.ready, (int)blockIdx.y, a.ready_target}, tl.count);
     int f = blockIdx.x * 128 + warp * 16 + (lane >> 2);
 #pragma unroll
@@ -1660,6 +1732,12 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t16(
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t32(const F4Gemm2Args a) { f4_gemm2<32, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm2_t64(const F4Gemm2Args a) { f4_gemm2<64, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm2_t128(const F4Gemm2Args a) { f4_gemm2<128, 0>(a); }
+// The wgmma loop at the tile's N (f4FitTiles; taken up to f4FitMaxM tokens).
+static_assert(KMOE_F4_FIT_TILE_MAX == 64, "the instances below");
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_fit_t32(const F4Gemm1Args a) { f4_gemm1_act<32, 0, true>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm1_act_fit_t64(const F4Gemm1Args a) { f4_gemm1_act<64, 0, true>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_fit_t32(const F4Gemm2Args a) { f4_gemm2<32, 0, true>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm2_fit_t64(const F4Gemm2Args a) { f4_gemm2<64, 0, true>(a); }
 // The mma.sync loop's instances (f4sTiles; steps ahead and CTAs an SM from
 // f4sAhead and f4sBlocks in abi.go), and GEMM2's 8-token variant for grids
 // that fill under two CTAs an SM (f4sDeep2): more weights in flight a
