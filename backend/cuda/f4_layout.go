@@ -44,8 +44,8 @@ import (
 // field costs a mask, plus a shift for each distinct shift it needs, plus
 // a merge for each further part; an exhaustive search over every
 // assignment of the 32 bits to the eight fields finds none under nine
-// (no four shifts of M tile the word), and the placement before this one
-// took eleven (j=3 from three shifts).
+// (no four shifts of M tile the word; TestF4PlacementMinimal), and the
+// placement before this one took eleven (j=3 from three shifts).
 //
 // Those BF16 bits are the value E2M1 x 2^-126 exactly (code 1, 0.5, lands
 // on the BF16 subnormal 2^-127; the others are normal), and one BF16

@@ -3,6 +3,7 @@ package cuda
 import (
 	"math"
 	"math/bits"
+	"slices"
 	"strings"
 	"testing"
 
@@ -182,5 +183,120 @@ func TestXPastBF16(t *testing.T) {
 	bf16Max := (2 - math.Ldexp(1, -7)) * math.Ldexp(1, 127)
 	if 448*math.Ldexp(1, 246-127) > bf16Max || 448*math.Ldexp(1, 247-127) <= bf16Max {
 		t.Error("the scale boundary is not 247")
+	}
+}
+
+// f4PlacementCost is the integer instructions that widening a word costs
+// under placement (register j's field of source bit p is output bit
+// out[p] of register reg[p]) in the model f4_layout.go states: a register
+// is the OR of parts, a part being the word rotated (or shifted) by one
+// amount and masked; a part costs its mask or merge (one three-input
+// logic instruction, one constant operand), plus one shift or rotation
+// unless the amount is 0.
+func f4PlacementCost(reg, out [32]int) int {
+	parts := map[[2]int]bool{}
+	for p := range 32 {
+		parts[[2]int{reg[p], (out[p] - p + 32) % 32}] = true
+	}
+	cost := 0
+	for jr := range parts {
+		cost++
+		if jr[1] != 0 {
+			cost++
+		}
+	}
+	return cost
+}
+
+// The widening's nine instructions a word are the fewest any placement
+// allows in that model: the layout's placement (read off f4Bits) costs
+// nine, the previous one (three shifts for register 3) eleven, and an
+// exhaustive search over every assignment of the 32 bits of a word to
+// the eight fields (registers interchangeable) finds none at eight.
+func TestF4PlacementMinimal(t *testing.T) {
+	var mField [8]int // the output bits of a register: sign 15, magnitude 8..6, both halves
+	for i, b := range []int{6, 7, 8, 15, 22, 23, 24, 31} {
+		mField[i] = b
+	}
+	var reg, out [32]int
+	for j := range 4 {
+		for h := range 2 {
+			for bit := range 4 { // code bit: 0..2 magnitude (m, e0, e1), 3 sign
+				src := bits.TrailingZeros32(f4Bits(uint8(1)<<bit, j, h))
+				reg[src] = j
+				out[src] = []int{6, 7, 8, 15}[bit] + 16*h
+			}
+		}
+	}
+	if c := f4PlacementCost(reg, out); c != 9 {
+		t.Errorf("the layout's placement costs %d instructions a word, want 9", c)
+	}
+	old := func(code uint8, j, h int) uint32 { // the placement before this one
+		mag, sign := uint32(code&7), uint32(code>>3)
+		f := [4]uint32{mag<<6 | sign<<15, mag<<3 | sign<<12, mag | sign<<9, (mag>>1)<<13 | (mag&1)<<10 | sign<<11}[j]
+		return f << (16 * h)
+	}
+	var oreg, oout [32]int
+	for j := range 4 {
+		for h := range 2 {
+			for bit := range 4 {
+				src := bits.TrailingZeros32(old(uint8(1)<<bit, j, h))
+				oreg[src], oout[src] = j, []int{6, 7, 8, 15}[bit]+16*h
+			}
+		}
+	}
+	if c := f4PlacementCost(oreg, oout); c != 11 {
+		t.Errorf("the previous placement costs %d, want 11", c)
+	}
+
+	// Depth-first over source bits 0..31, each to a free output bit of a
+	// register, pruned once the parts so far cost more than the limit. At
+	// nine it finds a placement (so the search is not vacuous), at eight
+	// none.
+	exists := func(limit int) bool {
+		var used [4][8]bool
+		parts := map[[2]int]int{}
+		cost := 0
+		found := false
+		var dfs func(p int)
+		dfs = func(p int) {
+			if found || cost > limit {
+				return
+			}
+			if p == 32 {
+				found = true
+				return
+			}
+			for j := range 4 {
+				if j > 0 && !slices.Contains(used[j-1][:], true) {
+					break // registers are interchangeable: use them in order
+				}
+				for i, o := range mField {
+					if used[j][i] {
+						continue
+					}
+					key := [2]int{j, (o - p + 32) % 32}
+					if parts[key] == 0 {
+						cost += 1 + min(key[1], 1)
+					}
+					parts[key]++
+					used[j][i] = true
+					dfs(p + 1)
+					used[j][i] = false
+					if parts[key]--; parts[key] == 0 {
+						delete(parts, key)
+						cost -= 1 + min(key[1], 1)
+					}
+				}
+			}
+		}
+		dfs(0)
+		return found
+	}
+	if !exists(9) {
+		t.Error("the search finds no placement at nine instructions, the layout's cost")
+	}
+	if exists(8) {
+		t.Error("a placement costing 8 or fewer instructions a word exists")
 	}
 }
