@@ -666,12 +666,13 @@ __device__ __forceinline__ u32 mxfp8_bf16(u32 code, float sf) { return bf16_bits
 // order if permuted; scales ldn/32 a row, and as floats in aqsf unless it
 // is null), or, if aqbf is not null, their MXFP8 values as BF16 to aqbf
 // (ldn features a row; aq and aqs unused). Called by every thread of the
-// CTA (it synchronizes).
-template <int NS>
-__device__ __forceinline__ void act_requant_store(const float (&acc)[NS][4], int nsub, int count, u32 (*s_amax)[NS * 8],
-                                                  int warp, int bw0, const float* p, int kind, int chain, int recipe,
-                                                  int g, int t, u8* aq, u8* aqs, float* aqsf, int row0, int ldn,
-                                                  int fw, bool permuted, u8* aqbf) {
+// CTA (it synchronizes). KIND: the activation kind fixed at compile time
+// (act_requant_store dispatches on the kind once), or -1 for kind.
+template <int NS, int KIND>
+__device__ __forceinline__ void act_requant_store_k(const float (&acc)[NS][4], int nsub, int count, u32 (*s_amax)[NS * 8],
+                                                    int warp, int bw0, const float* p, int kind, int chain, int recipe,
+                                                    int g, int t, u8* aq, u8* aqs, float* aqsf, int row0, int ldn,
+                                                    int fw, bool permuted, u8* aqbf) {
     bool chain_fi = chain == KMOE_CHAIN_FLASHINFER;
     int rcp = chain_fi ? KMOE_RECIPE_RCEIL : recipe;
     float v[NS][2];
@@ -684,7 +685,7 @@ __device__ __forceinline__ void act_requant_store(const float (&acc)[NS][4], int
                 up = round_bf16(up);
                 gate = round_bf16(gate);
             }
-            float act = gated_act(kind, p, gate, up);
+            float act = gated_act(KIND >= 0 ? KIND : kind, p, gate, up);
             if (chain_fi) act = round_bf16(act);
             v[s][h] = act;
             // amax over this warp's 8 features (lanes with equal t), NaN as all-ones.
@@ -722,6 +723,25 @@ __device__ __forceinline__ void act_requant_store(const float (&acc)[NS][4], int
             }
         }
     }
+}
+
+// The GEMM1 epilogue, SiTU (Kimi-K3's activation) with the kind a
+// compile-time constant: with the kind read at run time, each of a
+// thread's unrolled elements held every kind's code and a branch over it,
+// and GEMM1's warps waited on instruction fetch at each element's start
+// (ncu source counters at M=128: a third of the epilogue's samples;
+// docs/PERF.md f26). Only SiTU: a constant kind for every kind made the
+// module's compile 3.7 times as long (NVRTC), SiTU alone 1.5 times.
+template <int NS>
+__device__ __forceinline__ void act_requant_store(const float (&acc)[NS][4], int nsub, int count, u32 (*s_amax)[NS * 8],
+                                                  int warp, int bw0, const float* p, int kind, int chain, int recipe,
+                                                  int g, int t, u8* aq, u8* aqs, float* aqsf, int row0, int ldn,
+                                                  int fw, bool permuted, u8* aqbf) {
+#define EPILOGUE_OF(K) \
+    act_requant_store_k<NS, K>(acc, nsub, count, s_amax, warp, bw0, p, kind, chain, recipe, g, t, aq, aqs, aqsf, row0, ldn, fw, permuted, aqbf)
+    if (kind == KMOE_ACT_SITU) EPILOGUE_OF(KMOE_ACT_SITU); // Kimi-K3's
+    else EPILOGUE_OF(-1);                               // the others: the kind read at run time
+#undef EPILOGUE_OF
 }
 
 // GEMM1 with the activation and MXFP8 requantization fused. Warp w owns
