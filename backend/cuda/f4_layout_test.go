@@ -214,10 +214,7 @@ func f4PlacementCost(reg, out [32]int) int {
 // exhaustive search over every assignment of the 32 bits of a word to
 // the eight fields (registers interchangeable) finds none at eight.
 func TestF4PlacementMinimal(t *testing.T) {
-	var mField [8]int // the output bits of a register: sign 15, magnitude 8..6, both halves
-	for i, b := range []int{6, 7, 8, 15, 22, 23, 24, 31} {
-		mField[i] = b
-	}
+	mField := [8]int{6, 7, 8, 15, 22, 23, 24, 31} // a register's output bits: magnitude 6..8, sign 15, both halves
 	var reg, out [32]int
 	for j := range 4 {
 		for h := range 2 {
