@@ -187,45 +187,37 @@ func TestXPastBF16(t *testing.T) {
 }
 
 // f4PlacementCost is the integer instructions that widening a word costs
-// under placement (register j's field of source bit p is output bit
-// out[p] of register reg[p]) in the model f4_layout.go states: a register
-// is the OR of parts, a part being the word rotated (or shifted) by one
-// amount and masked; a part costs its mask or merge (one three-input
-// logic instruction, one constant operand), plus one shift or rotation
-// unless the amount is 0.
-func f4PlacementCost(reg, out [32]int) int {
-	parts := map[[2]int]bool{}
-	for p := range 32 {
-		parts[[2]int{reg[p], (out[p] - p + 32) % 32}] = true
+// under a placement (place(code, j, h): the bits of register j, half h's
+// field that code sets, as f4Bits) in the model f4_layout.go states: a
+// register is the OR of parts, a part being the word rotated (or shifted)
+// by one amount and masked; a part costs its mask or merge (one
+// three-input logic instruction, one constant operand), plus one shift or
+// rotation unless the amount is 0.
+func f4PlacementCost(place func(code uint8, j, h int) uint32) int {
+	parts := map[[2]int]bool{} // (register, rotation)
+	for j := range 4 {
+		for h := range 2 {
+			for bit, o := range []int{6, 7, 8, 15} { // code bit: 0..2 magnitude (m, e0, e1), 3 sign
+				src := bits.TrailingZeros32(place(uint8(1)<<bit, j, h))
+				parts[[2]int{j, (o + 16*h - src + 32) % 32}] = true
+			}
+		}
 	}
 	cost := 0
 	for jr := range parts {
-		cost++
-		if jr[1] != 0 {
-			cost++
-		}
+		cost += 1 + min(jr[1], 1)
 	}
 	return cost
 }
 
 // The widening's nine instructions a word are the fewest any placement
-// allows in that model: the layout's placement (read off f4Bits) costs
-// nine, the previous one (three shifts for register 3) eleven, and an
-// exhaustive search over every assignment of the 32 bits of a word to
-// the eight fields (registers interchangeable) finds none at eight.
+// allows in that model: the layout's placement (f4Bits) costs nine, the
+// previous one (three shifts for register 3) eleven, and an exhaustive
+// search over every assignment of the 32 bits of a word to the eight
+// fields (registers interchangeable) finds none at eight.
 func TestF4PlacementMinimal(t *testing.T) {
 	mField := [8]int{6, 7, 8, 15, 22, 23, 24, 31} // a register's output bits: magnitude 6..8, sign 15, both halves
-	var reg, out [32]int
-	for j := range 4 {
-		for h := range 2 {
-			for bit := range 4 { // code bit: 0..2 magnitude (m, e0, e1), 3 sign
-				src := bits.TrailingZeros32(f4Bits(uint8(1)<<bit, j, h))
-				reg[src] = j
-				out[src] = []int{6, 7, 8, 15}[bit] + 16*h
-			}
-		}
-	}
-	if c := f4PlacementCost(reg, out); c != 9 {
+	if c := f4PlacementCost(f4Bits); c != 9 {
 		t.Errorf("the layout's placement costs %d instructions a word, want 9", c)
 	}
 	old := func(code uint8, j, h int) uint32 { // the placement before this one
@@ -233,16 +225,7 @@ func TestF4PlacementMinimal(t *testing.T) {
 		f := [4]uint32{mag<<6 | sign<<15, mag<<3 | sign<<12, mag | sign<<9, (mag>>1)<<13 | (mag&1)<<10 | sign<<11}[j]
 		return f << (16 * h)
 	}
-	var oreg, oout [32]int
-	for j := range 4 {
-		for h := range 2 {
-			for bit := range 4 {
-				src := bits.TrailingZeros32(old(uint8(1)<<bit, j, h))
-				oreg[src], oout[src] = j, []int{6, 7, 8, 15}[bit]+16*h
-			}
-		}
-	}
-	if c := f4PlacementCost(oreg, oout); c != 11 {
+	if c := f4PlacementCost(old); c != 11 {
 		t.Errorf("the previous placement costs %d, want 11", c)
 	}
 
