@@ -107,9 +107,8 @@ func (l *Layer) f4SyncLoop(tt int) bool { return !l.f4NoSync && slices.Contains(
 
 // f4Fit reports whether m tokens in token tile tt run the wgmma loop at
 // each tile's N (f4FitTiles, up to f4FitMaxM tokens) rather than at tt.
-func (l *Layer) f4Fit(m, tt int) bool {
-	return m <= l.f4FitMaxM && slices.Contains(f4FitTiles, tt) && !l.f4SyncLoop(tt)
-}
+// The fitted tiles are not the mma.sync loop's (TestF4SyncTiles).
+func (l *Layer) f4Fit(m, tt int) bool { return m <= l.f4FitMaxM && slices.Contains(f4FitTiles, tt) }
 
 // f4TileTokens is the wgmma-fp4 GEMMs' token tile (the wgmma's N) for m
 // tokens: the tokens an expert gets grow with m. Measured on the H200 at

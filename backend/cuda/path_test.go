@@ -75,6 +75,9 @@ func TestF4SyncTiles(t *testing.T) {
 		t.Errorf("GEMM2's deep variant: %d steps ahead, not a positive even count", f4sDeep2.ahead)
 	}
 	for _, nt := range f4sTiles {
+		if slices.Contains(f4FitTiles, nt) {
+			t.Errorf("tile %d is both the mma.sync loop's and a fitted wgmma loop's", nt)
+		}
 		if !slices.Contains(f4Tiles, nt) || !pairs(f4sAhead[nt]) {
 			t.Errorf("tile %d: not a wgmma-fp4 tile, or %d steps ahead (a positive even count)", nt, f4sAhead[nt])
 		}
