@@ -160,9 +160,7 @@ func TestF4SyncLoop(t *testing.T) {
 	}
 	set := func(noSync, noPDL bool) { // the loop and the launch, as KIMIMOE_FP4_SYNC=0 and KIMIMOE_PDL=0 set them
 		t.Helper()
-		if err := l.reconfigure(func() error { l.f4NoSync, l.noPDL = noSync, noPDL; return nil }); err != nil {
-			t.Fatal(err)
-		}
+		setLayer(t, l, func() { l.f4NoSync, l.noPDL = noSync, noPDL })
 	}
 	for _, m := range []int{1, 3, 8, 24, 32} {
 		set(false, false)
@@ -194,14 +192,7 @@ func TestF4SyncLoop(t *testing.T) {
 	}
 
 	set(false, false)
-	in := kimiInput(t, s, w, 1, 9199)
-	saved := b.k.f4sGemm1
-	b.k.f4sGemm1 = nil // no function to launch
-	err := l.Forward(nanFilledOut(w.K), in, nil)
-	b.k.f4sGemm1 = saved
-	if err == nil {
-		t.Fatal("M=1 ran without the mma.sync loop's GEMM1 kernel")
-	}
+	requireLaunched(t, l, kimiInput(t, s, w, 1, 9199), 1, &b.k.f4sGemm1, "the mma.sync loop's GEMM1 kernel")
 }
 
 // TestF4FitN: the wgmma loop at N = the tile's tokens rounded up to a
@@ -218,9 +209,7 @@ func TestF4FitN(t *testing.T) {
 	}
 	setFit := func(maxM int) {
 		t.Helper()
-		if err := l.reconfigure(func() error { l.f4FitMaxM = maxM; return nil }); err != nil {
-			t.Fatal(err)
-		}
+		setLayer(t, l, func() { l.f4FitMaxM = maxM })
 	}
 	for _, m := range []int{40, 128, 200} {
 		in := kimiInput(t, s, w, m, uint64(9300+m))
@@ -244,14 +233,7 @@ func TestF4FitN(t *testing.T) {
 	}
 
 	setFit(f4FitMaxMDefault)
-	in := kimiInput(t, s, w, 128, 9399)
-	saved := b.k.f4FitGemm1
-	b.k.f4FitGemm1 = nil // no function to launch
-	err := l.Forward(nanFilledOut(128*w.K), in, nil)
-	b.k.f4FitGemm1 = saved
-	if err == nil {
-		t.Fatal("M=128 ran without the fitted GEMM1 kernel")
-	}
+	requireLaunched(t, l, kimiInput(t, s, w, 128, 9399), 128, &b.k.f4FitGemm1, "the fitted GEMM1 kernel")
 }
 
 // TestF4TileReady: GEMM2 waiting for its own tile's GEMM1 CTAs
@@ -266,9 +248,7 @@ func TestF4TileReady(t *testing.T) {
 	}
 	set := func(noReady bool) {
 		t.Helper()
-		if err := l.reconfigure(func() error { l.noTileReady = noReady; return nil }); err != nil {
-			t.Fatal(err)
-		}
+		setLayer(t, l, func() { l.noTileReady = noReady })
 	}
 	for _, m := range []int{2, 8, 33, 128, 200} {
 		if l.PathFor(m) != "wgmma-fp4" {

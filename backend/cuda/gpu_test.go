@@ -262,6 +262,29 @@ func comparePaths(t *testing.T, o *moe.Oracle, in *moe.Input, k int, names [2]st
 	t.Logf("M=%d: %s and %s bitwise equal in %d of %d values; NRMSE between them %.3g", m, names[0], names[1], same, len(outs[0]), vs.NRMSE)
 }
 
+// setLayer changes l's path settings through reconfigure (as the
+// KIMIMOE_* variables set them at Prepare), freeing its workspaces.
+func setLayer(t *testing.T, l *Layer, set func()) {
+	t.Helper()
+	if err := l.reconfigure(func() error { set(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// requireLaunched shows that the m-token forward of in launches one of
+// the GEMM1 kernels in *k at all: with *k emptied (no function to
+// launch), the forward fails.
+func requireLaunched(t *testing.T, l *Layer, in *moe.Input, m int, k *map[int]kernel[f4Gemm1Args], what string) {
+	t.Helper()
+	saved := *k
+	*k = nil
+	err := l.Forward(nanFilledOut(m*l.w.K), in, nil)
+	*k = saved
+	if err == nil {
+		t.Fatalf("M=%d ran without %s", m, what)
+	}
+}
+
 func nanFilledOut(n int) []float32 {
 	v := make([]float32, n)
 	for i := range v {
