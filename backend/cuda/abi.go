@@ -374,6 +374,20 @@ var f4Tiles = []int{8, 16, 32, 64, 128}
 // the tiles are full and the kernel with one loop per N runs them slower.
 var f4FitTiles = []int{32, 64}
 
+// f4FitPipe is the fitted instance whose wgmma loop double-buffers its A
+// registers (a chunk's wgmmas in flight while the next chunk is widened),
+// and f4FitPipeAhead its steps of weights in flight: the 16 registers of
+// the second buffer come from two steps fewer (f4Ahead's 4 at 64 tokens).
+// Measured on the H200 (docs/PERF.md f27): M=256 0.514 -> 0.497 ms, M=512
+// 0.869 -> 0.823/0.830, M=128 unchanged; with f4Ahead's 4 steps 7-13%
+// slower from M=128 up, and at 32 tokens (three CTAs an SM) 12% slower
+// at M=64. Only the fitted instance: the full 64-token one (M > 512) ran
+// 0.6-0.8% slower with it.
+const (
+	f4FitPipe      = 64
+	f4FitPipeAhead = 2
+)
+
 // f4FitMaxMDefault is the most tokens the fitted instances take (between
 // the measured 512, where they win, and 1024, where they lose).
 const f4FitMaxMDefault = 512
@@ -660,7 +674,7 @@ func abiHeader() string {
 		{"F4S_DEEP2_AHEAD", f4sDeep2.ahead}, {"F4S_DEEP2_BLOCKS", f4sDeep2.blocks},
 		{"F4S_SMEM_T8", f4sSmem(8)}, {"F4S_SMEM_T16", f4sSmem(16)},
 		{"F4_CHUNK_BYTES", f4ChunkBytes}, {"F4_CHUNK_SCALES", f4ChunkScales}, {"F4_TILE_MAX", abiF4TileMax},
-		{"F4_FIT_TILE_MAX", f4FitTiles[len(f4FitTiles)-1]},
+		{"F4_FIT_TILE_MAX", f4FitTiles[len(f4FitTiles)-1]}, {"F4_FIT_PIPE", f4FitPipe}, {"F4_FIT_PIPE_AHEAD", f4FitPipeAhead},
 	} {
 		fmt.Fprintf(&b, "#define KMOE_%s %d\n", d.name, d.v)
 	}

@@ -1410,8 +1410,12 @@ __device__ __forceinline__ void f4_stage(const F4Pieces<NT>& pc, int st, int c) 
 // into a and multiply it by the first NE of this warpgroup's tokens in the
 // stage chunk whose descriptor is db (k16 step q at + 16 q: 256 bytes
 // further), into the first NE / 2 accumulators (the wgmma register map
-// gives tokens 8i.. 8i + 7 registers 4i.. 4i + 3 at every N).
-template <int NT, int NE>
+// gives tokens 8i.. 8i + 7 registers 4i.. 4i + 3 at every N). PIPE: a is
+// one of two buffers, by chunk parity, and the chunk's wgmmas stay in
+// flight while the next chunk is widened into the other: the wait retires
+// the group before this one, the last reader of that other buffer, so no
+// instruction but a wgmma writes a register an unretired wgmma reads.
+template <int NT, int NE, bool PIPE>
 __device__ __forceinline__ void f4_chunk(float (&acc)[NT / 2], u32 (&a)[4][4], uint4 w, u32 sc, u64 db) {
     static_assert(NE % 8 == 0 && NE <= NT, "whole 8-token groups of the tile");
     float(&d)[NE / 2] = *reinterpret_cast<float(*)[NE / 2]>(&acc[0]);
@@ -1420,10 +1424,11 @@ __device__ __forceinline__ void f4_chunk(float (&acc)[NT / 2], u32 (&a)[4][4], u
 #pragma unroll
     for (int q = 0; q < 4; q++) wgmma_rs<NE>(d, a[q], db + (u64)(sw_off(0, q * 32) >> 4));
     wg_commit();
-    // Done before a is written again: with wgmmas in flight while the next
-    // chunk was widened into a second buffer, ptxas serialized every wgmma
-    // instead (SASS: a wait after each HGMMA; docs/PERF.md).
-    wg_wait<0>();
+    // Single-buffered: done before a is written again. (f2's second buffer
+    // had ptxas serialize every wgmma: SASS, a wait after each HGMMA;
+    // docs/PERF.md.)
+    if constexpr (PIPE) wg_wait<1>();
+    else wg_wait<0>();
 }
 
 // A warpgroup's weight stream: this thread's payload (wq: chunk j at
@@ -1465,7 +1470,10 @@ struct F4Weights {
 // rows x NT tokens) += weights (wt, begun) x tokens over kdim k (a
 // multiple of 128), in steps of 128 k (two layout chunks), on the tile's
 // first NE tokens (the MMA's N; the other accumulators keep their zeros).
-template <int NT, int NE, int AH>
+// PIPE: A double-buffered (f4_chunk); then, at a step's barrier, a
+// warpgroup may still have the previous step's second chunk in flight,
+// and the stage refilled there is two steps back, retired either way.
+template <int NT, int NE, int AH, bool PIPE = false>
 __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, const u8* rows, int kdim,
                                           F4Weights<AH>& wt, InputWait in) {
     int nstep = wt.nstep;
@@ -1479,7 +1487,7 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
         if (st < nstep) f4_stage<NT, NE>(pc, st, st);
         cp_async_commit();
     }
-    u32 a[4][4];
+    u32 a[2][4][4];
     const u64 d0 = sw_desc(s.b[0][0]);
     for (int c0 = 0; c0 < nstep; c0 += AH) {
 #pragma unroll
@@ -1501,11 +1509,12 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
             // whole load (ncu: a quarter of the stall samples at M=1 and 8).
 #pragma unroll
             for (int h = 0; h < 2; h++) {
-                f4_chunk<NT, NE>(acc, a, wt.raw[u][h], wt.sc.word(u, h), db + h * (sizeof(s.b[0][0]) >> 4));
+                f4_chunk<NT, NE, PIPE>(acc, a[PIPE ? h : 0], wt.raw[u][h], wt.sc.word(u, h), db + h * (sizeof(s.b[0][0]) >> 4));
                 wt.reload(u, h, c);
             }
         }
     }
+    if constexpr (PIPE) wg_wait<0>(); // the last chunk's group
 #pragma unroll
     for (int i = 0; i < NT / 2; i++) asm volatile("" : "+f"(acc[i])::"memory");
     cp_async_wait<0>();
@@ -1526,7 +1535,7 @@ __device__ __forceinline__ void f4_k_loop_fit(float (&acc)[NT / 2], F4Smem<NT>& 
             return;
         }
     }
-    f4_k_loop<NT, NE>(acc, s, rows, kdim, wt, in);
+    f4_k_loop<NT, NE, AH, NT == KMOE_F4_FIT_PIPE>(acc, s, rows, kdim, wt, in);
 }
 #endif
 
@@ -1651,10 +1660,11 @@ struct F4SmemOf<NT, true> {
     typedef F4SyncSmem<NT> T;
 };
 
-// The steps in flight of the loop SYNC picks.
-template <int NT, int SYNC>
+// The steps in flight of the loop SYNC and FIT pick (the fitted instance
+// at KMOE_F4_FIT_PIPE tokens double-buffers A: fewer steps, f4FitPipe).
+template <int NT, int SYNC, bool FIT>
 __device__ constexpr int f4_tile_ahead() {
-    return SYNC != 0 ? SYNC : f4_ahead<NT>();
+    return SYNC != 0 ? SYNC : FIT && NT == KMOE_F4_FIT_PIPE ? KMOE_F4_FIT_PIPE_AHEAD : f4_ahead<NT>();
 }
 
 // acc = this warpgroup's 64 weight rows (row group `group` of the layout:
@@ -1664,7 +1674,7 @@ __device__ constexpr int f4_tile_ahead() {
 template <int NT, int SYNC, bool FIT, typename Smem>
 __device__ __forceinline__ void f4_tile_mma(float (&acc)[NT / 2], Smem& s, const u8* rows, int kdim, const u8* w,
                                             const u8* ws, u64 group, InputWait in, int ntok) {
-    F4Weights<f4_tile_ahead<NT, SYNC>()> wt;
+    F4Weights<f4_tile_ahead<NT, SYNC, FIT>()> wt;
     wt.begin(w, ws, group, kdim);
 #pragma unroll
     for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
