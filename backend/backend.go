@@ -122,7 +122,11 @@ type Timer interface {
 	Upload(in *moe.Input) error
 	// TimeForward runs the forward of the uploaded input of m tokens (as a
 	// graph replay if graph) and returns its device time in milliseconds,
-	// measured with device events around the kernels only.
+	// measured with device events around the kernels only. A device
+	// backend starts each timed forward with a cold cache and the device
+	// busy while the host launches it (the method of
+	// triton.testing.do_bench), so the time is the kernels', not the
+	// host's launch latency.
 	TimeForward(m int, graph bool) (float64, error)
 }
 

@@ -73,6 +73,13 @@ KIMIMOE_FP4_MAX_M=0 KIMIMOE_DECODE_MAX_M=-1 KIMIMOE_WGMMA_MIN_M=1 timeout 150 .g
 timeout 60 .gpu/kimimoe validate --backend cuda --suite smoke --activation swiglu_oai --recipe floor 2>&1 | tee -a "$log" | tail -1
 timeout 120 .gpu/kimimoe bench --backend cuda --profile --rounds 20 --json "$OUT/bench.json" 2>&1 | tee -a "$log"
 timeout 120 .gpu/kimimoe bench --backend cuda --rounds 10 --fp4-max-m 0 --json "$OUT/bench_nofp4.json" 2>&1 | tail -16 | tee -a "$log"
+# The other timing methods, for the differences in the same call: the L2
+# flushed by a rewrite (do_bench's), and no flush with the events around
+# the launch on an idle device (the method before 2026-12-01).
+for f in write 0; do
+  echo "bench with KIMIMOE_BENCH_FLUSH=$f:" | tee -a "$log"
+  KIMIMOE_BENCH_FLUSH=$f timeout 120 .gpu/kimimoe bench --backend cuda --rounds 10 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
+done
 # The forward's fixed costs: the same routing at a 256 x 256 layer (0.8 MB).
 echo "bench --k 256 --n 256 (fixed costs):" | tee -a "$log"
 timeout 60 .gpu/kimimoe bench --backend cuda --k 256 --n 256 --m 1,2,8,32 --rounds 15 --copy-mb 256 2>&1 | grep -E "^ +[0-9]" | tee -a "$log"
@@ -88,6 +95,10 @@ fi
 # of M = 1, 2, 4, 8, 16).
 echo "graph_floor.py (scripts/graph_floor.py):" | tee -a "$log"
 timeout 200 python3 scripts/graph_floor.py 140.4,263.3,386.2,474.0,491.8 2>&1 | tail -8 | tee -a "$log"
+for f in write write-sync; do
+  echo "graph_floor.py with FLUSH=$f:" | tee -a "$log"
+  FLUSH=$f timeout 100 python3 scripts/graph_floor.py 140.4 2>&1 | tail -3 | tee -a "$log"
+done
 for tool in memcheck racecheck; do
   timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 .gpu/kimimoe validate --backend cuda --suite smoke --runs 1 > /tmp/san.txt 2>&1
   echo "compute-sanitizer $tool on validate --suite smoke (default paths: wgmma-fp4 on sm_90): exit $?" | tee -a "$log"; tail -2 /tmp/san.txt | tee -a "$log"

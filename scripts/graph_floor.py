@@ -1,15 +1,20 @@
 # What kimimoe bench's method (CUDA events around ONE graph replay, the
-# median; L2 cold: a 1 GiB buffer is rewritten before each timed replay)
-# measures for kernels that do no more than a forward must: a graph of
+# median; a 256 MB buffer read on the stream just before each start
+# event, so L2 is cold and the device busy while the host launches the
+# graph) measures for kernels that do no more than a forward must: a
+# graph of
 # one trivial kernel, of four, and a plain read of the bytes each M
 # touches (bench's "MB" column) by the fastest of twelve Triton read
 # kernels (grid-stride, ".cg" loads, an xor a program), so that a target
 # below it is shown out of reach on the device, measured. Run on the GPU
 # machine (torch and triton), by scripts/gpu-check.sh run:
 #   python3 scripts/graph_floor.py [MB,MB,...]
-# Caveat, measured: the launch part is torch's (Python) replay, which
-# varied between calls on the H200 (a trivial graph 10.7 and 18.7 us).
-import torch, statistics, sys
+# FLUSH=write rewrites the buffer instead (triton.testing.do_bench's
+# flush, which leaves L2 full of dirty lines), and FLUSH=write-sync also
+# synchronizes between the rewrite and the start event, so the host's
+# launch latency is inside the events: this script's method before
+# 2026-12-01 (a trivial graph 8.9 to 18.7 us on the H200).
+import os, torch, statistics, sys
 import triton, triton.language as tl
 dev = torch.device("cuda")
 
@@ -23,7 +28,9 @@ def read_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
         acc ^= tl.load(x_ptr + offs, mask=offs < n, other=0, cache_modifier=".cg")
     tl.store(out_ptr + pid, tl.xor_sum(acc, 0))
 
-flush = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
+flush = torch.zeros(64 << 20, dtype=torch.int32, device=dev)  # 256 MB
+mode = os.environ.get("FLUSH", "read")
+assert mode in ("read", "write", "write-sync"), mode
 def capture(fn):
     s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -32,21 +39,22 @@ def capture(fn):
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g): fn()
     return g
-gflush = capture(lambda: flush.add_(1))
-def event_time(g, reps=60, cold=True):
+gflush = capture((lambda: flush.sum()) if mode == "read" else (lambda: flush.add_(1)))
+def event_time(g, reps=60):
     ts = []
     for _ in range(reps):
-        if cold: gflush.replay()
         a = torch.cuda.Event(enable_timing=True); b = torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
+        gflush.replay()
+        if mode == "write-sync": torch.cuda.synchronize()
         a.record(); g.replay(); b.record(); b.synchronize()
         ts.append(a.elapsed_time(b) * 1000)
     return statistics.median(ts)
 
 t = torch.zeros(1, device=dev)
-print(f"graph of 1 trivial kernel (t.add_(1)): {event_time(capture(lambda: t.add_(1)), cold=False):.1f} us")
+print(f"graph of 1 trivial kernel (t.add_(1)): {event_time(capture(lambda: t.add_(1))):.1f} us")
 g4 = capture(lambda: [t.add_(1) for _ in range(4)])
-print(f"graph of 4 trivial dependent kernels: {event_time(g4, cold=False):.1f} us")
+print(f"graph of 4 trivial dependent kernels: {event_time(g4):.1f} us")
 sms = torch.cuda.get_device_properties(0).multi_processor_count
 out = torch.empty(sms * 16, dtype=torch.int32, device=dev)
 for mb in [float(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "140.4,263.3,386.2,474.0,491.8").split(",")]:

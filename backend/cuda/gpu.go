@@ -278,6 +278,7 @@ type kernels struct {
 	f4sGemm1     map[int]kernel[f4Gemm1Args] // the small tiles' barrier-free loop, by token tile
 	f4sGemm2     map[int]kernel[f4Gemm2Args]
 	f4sGemm2Deep kernel[f4Gemm2Args] // its GEMM2 at 8 tokens for small grids (f4sDeep2)
+	l2Flush      kernel[l2FlushArgs]
 }
 
 func loadKernels(m cuModule) (*kernels, error) {
@@ -332,6 +333,8 @@ func loadKernels(m cuModule) (*kernels, error) {
 	add(err)
 	k.f4sGemm2Deep, err = bindSmem[f4Gemm2Args](m, kF4SGemm2Deep, f4sSmem(8))
 	add(err)
+	k.l2Flush, err = bind[l2FlushArgs](m, kL2Flush)
+	add(err)
 	return k, errors.Join(errs...)
 }
 
@@ -348,6 +351,7 @@ type Backend struct {
 	module cuModule
 	k      *kernels
 	layers map[*Layer]bool // open layers, closed with the backend
+	flush  devptr          // timingFlushBytes rewritten before each timed forward (allocated on first use)
 	closed bool
 }
 
@@ -507,6 +511,10 @@ func (b *Backend) Close() error {
 		errs = append(errs, l.free())
 	}
 	b.layers = nil
+	if b.flush != 0 {
+		errs = append(errs, cuMemFree(b.flush))
+		b.flush = 0
+	}
 	errs = append(errs, cuStreamDestroy(b.stream), cuModuleUnload(b.module), cuPrimaryCtxRelease(b.dev))
 	b.closed = true
 	return errors.Join(errs...)
@@ -1336,10 +1344,56 @@ func (l *Layer) TimeForward(m int, graph bool) (ms float64, err error) {
 		if graph {
 			run = func() error { return cuGraphLaunch(ws.graphX[ws.graphKey()], l.b.stream) }
 		}
+		if err := l.b.flushL2(); err != nil {
+			return err
+		}
 		ms, err = timeOn(l.b.stream, run)
 		return err
 	})
 	return ms, err
+}
+
+// timingFlushBytes is what flushL2 reads: five times the H200's 50 MB L2,
+// and triton.testing.do_bench's 256 MB (the peer's timing).
+const timingFlushBytes = 256 << 20
+
+// flushL2 enqueues, on the backend's stream, a read of a buffer larger
+// than the L2 cache (kmoe_l2_flush), before a timed forward's first
+// event. The forward then starts with a cold L2 (no weights left from the
+// previous one), and the device is busy for the ~0.07 ms of the read
+// while the host launches the forward, so the events time the forward's
+// kernels, not the host's launch latency, which a forward inside a
+// model's graph does not pay. A read, not triton.testing.do_bench's
+// rewrite (the peer's timing: peer_moe.py, cache.zero_() before each
+// start event), because a rewrite leaves L2 full of dirty lines whose
+// write-back the forward then pays. Measured on the H200 in one call
+// (docs/PERF.md, the timing method): M=1 0.0512 ms with this read, 0.0576
+// with the rewrite, 0.0541 with no flush; M=8 0.1406, 0.1469, 0.1417.
+// KIMIMOE_BENCH_FLUSH=write times with the rewrite and =0 with no flush
+// (events around the launch on an idle device: the method before
+// 2026-12-01), to measure the differences. Called under b.mu with the
+// context current.
+func (b *Backend) flushL2() error {
+	mode := os.Getenv("KIMIMOE_BENCH_FLUSH")
+	if mode == "0" {
+		return nil
+	}
+	if b.flush == 0 {
+		p, err := cuMemAlloc(timingFlushBytes)
+		if err != nil {
+			return fmt.Errorf("cuda: the timing's L2 flush buffer (%d MB): %w", timingFlushBytes>>20, err)
+		}
+		b.flush = p
+		if err := cuMemsetD32(p, 0, timingFlushBytes/4, b.stream); err != nil {
+			return err
+		}
+	}
+	if mode == "write" {
+		return cuMemsetD32(b.flush, 0, timingFlushBytes/4, b.stream)
+	}
+	// Zeros read: the kernel's sink (the buffer's first word) is never written.
+	return b.k.l2Flush.launch([3]int{4 * b.sms, 1, 1}, b.stream,
+		&l2FlushArgs{Src: b.flush, Sink: b.flush, N: timingFlushBytes / 16})
 }
 
 // timeOn runs f between two events on s and returns the elapsed device

@@ -131,6 +131,57 @@ func TestWiden4Exhaustive(t *testing.T) {
 	}
 }
 
+// The timing's L2 flush (flushL2): every KIMIMOE_BENCH_FLUSH mode times a
+// forward; the buffer is allocated by the first flushed timing, holds the
+// zeros the read flush relies on (its sink is written only for a nonzero
+// fold) and is freed by Close.
+func TestTimingFlush(t *testing.T) {
+	bk := openOrSkip(t)
+	b := bk.(*Backend)
+	defer b.Close()
+	s := validation.CaseSpec{Name: "flush", M: 1, K: 128, N: 128, ELocal: 4, TopK: 2, Activation: activation.Situ,
+		Chain: moe.ChainMXFP8, Recipe: mxfp.RecipeRCeil, Seed: 1, WeightSeed: 1}
+	l, w := prepare(t, b, &s, nil)
+	c, err := validation.GenerateCase(&s, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Upload(&c.Input); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"0", "", "write"} {
+		t.Setenv("KIMIMOE_BENCH_FLUSH", mode)
+		ms, err := l.TimeForward(1, true)
+		if err != nil || !(ms > 0) {
+			t.Fatalf("KIMIMOE_BENCH_FLUSH=%q: %v ms, %v", mode, ms, err)
+		}
+		if (b.flush != 0) != (mode != "0") {
+			t.Fatalf("KIMIMOE_BENCH_FLUSH=%q: flush buffer %#x after the first timings", mode, b.flush)
+		}
+	}
+	head := make([]uint32, 4096)
+	err = b.locked(func() error {
+		if err := cuMemcpyDtoH(u32bytes(head), b.flush, b.stream); err != nil {
+			return err
+		}
+		return cuStreamSync(b.stream)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range head {
+		if v != 0 {
+			t.Fatalf("flush buffer word %d = %#x, want the zeros it was filled with", i, v)
+		}
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if b.flush != 0 {
+		t.Fatal("Close left the flush buffer allocated")
+	}
+}
+
 func u32bytes(v []uint32) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v)) }
 
 // The wgmma path (sm_90a) against the mma.sync path on the same layer and

@@ -347,6 +347,9 @@ func (g *Group) timeEach(f func(mb *member) error) (float64, error) {
 			return err
 		}
 		defer cuEventDestroy(e1)
+		if err := mb.b.flushL2(); err != nil {
+			return err
+		}
 		if err := cuEventRecord(e0, mb.b.stream); err != nil {
 			return err
 		}

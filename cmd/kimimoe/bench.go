@@ -261,7 +261,7 @@ func runBench(args []string) error {
 	}
 	fmt.Fprintf(out, "shape: %s, K=%d N=%d, 28 local experts, top-%d with 8 slots local, SiTU, chain %v, rceil; graph=%v\n",
 		shape, spec.K, spec.N, spec.TopK, chain, *graph)
-	fmt.Fprintf(out, "floor = max(bytes / %.2f TB/s (copy, measured now), FLOPs / %.0f TFLOP/s (FP8 peak, torch._scaled_mm on the H200)); median of %d interleaved rounds (CUDA events) in %.1fs\n",
+	fmt.Fprintf(out, "floor = max(bytes / %.2f TB/s (copy, measured now), FLOPs / %.0f TFLOP/s (FP8 peak, torch._scaled_mm on the H200)); median of %d interleaved rounds (CUDA events, L2 flushed before each) in %.1fs\n",
 		bw/1e12, *peak, *rounds, time.Since(start).Seconds())
 	fmt.Fprintf(out, "%6s %8s %8s %10s %10s %10s %9s %9s %9s %8s  %s\n", "M", "experts", "MB", "median ms", "min ms", "max ms", "GB/s", "TFLOP/s", "floor ms", "x floor", "path")
 	for j := range rows {

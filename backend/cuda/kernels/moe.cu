@@ -1245,6 +1245,20 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_test_f4_widen(co
     for (int j = 0; j < 4; j++) a.out[4 * i + j] = r[j];
 }
 
+// The timing's L2 flush (Backend.flushL2): every CTA reads its share of
+// n 16-byte words (cached in L2, so L2 ends holding clean lines of this
+// buffer) and folds them into one word, written only if it is a value the
+// host never stores (the buffer holds zeros), so the loads stay live and
+// nothing is written.
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_l2_flush(const L2FlushArgs a) {
+    u32 x = 0;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += gridDim.x * blockDim.x) {
+        uint4 v = __ldcg(a.src + i);
+        x ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (x == 0x9E3779B9u) a.sink[blockIdx.x] = x;
+}
+
 #if defined(WG_ENABLED)
 // 128-k steps of weights a thread has in flight in registers, per tile
 // (f4Ahead in abi.go, measured per tile).
@@ -1746,11 +1760,12 @@ __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
 #endif
 }
 
-// Registers: NT/2 accumulators, one A buffer (16), 2 f4_ahead<NT>() x 5 loaded
-// words. More CTAs an SM pay more than the registers cost (H200,
-// docs/PERF.md): four at NT = 8 (64 registers; 0.219 -> 0.199 ms at M=8
-// against three), three at 16 and 32 (85; M=16 0.261 -> 0.223 ms against
-// two, M=64 0.341 -> 0.304), two at 64, one at 128.
+// Registers: NT/2 accumulators, one A buffer (16; two in the fitted
+// 64-token instance), 2 f4_tile_ahead() x 5 loaded words. More CTAs an SM
+// pay more than the registers cost (H200, docs/PERF.md): four at NT = 8
+// (64 registers; 0.219 -> 0.199 ms at M=8 against three), three at 16 and
+// 32 (85; M=16 0.261 -> 0.223 ms against two, M=64 0.341 -> 0.304), two
+// at 64, one at 128.
 static_assert(KMOE_F4_TILE_MAX == 128, "the instances below");
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 4) kmoe_f4_gemm1_act_t8(const F4Gemm1Args a) { f4_gemm1_act<8, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_t16(const F4Gemm1Args a) { f4_gemm1_act<16, 0>(a); }
