@@ -518,6 +518,16 @@ type testWiden4Args struct {
 	Out devptr `c:"u32*"`
 }
 
+// testDivParamArgs: the test of div_param (SiTU's division by its
+// parameters), float32 bits in and out.
+type testDivParamArgs struct {
+	X   devptr `c:"const u32*"`
+	B   devptr `c:"const u32*"`
+	Out devptr `c:"u32*"`
+	N   int32
+	Pad int32 `cname:"unused"`
+}
+
 // l2FlushArgs: the timing's L2 flush (Backend.flushL2), a read of N
 // 16-byte words.
 type l2FlushArgs struct {
@@ -562,6 +572,7 @@ var (
 	kF4SGemm2Deep = spec[f4Gemm2Args]("kmoe_f4s_gemm2_t8_deep")
 	kTestF4Widen  = spec[testF4WidenArgs]("kmoe_test_f4_widen")
 	kL2Flush      = spec[l2FlushArgs]("kmoe_l2_flush")
+	kTestDivParam = spec[testDivParamArgs]("kmoe_test_div_param")
 	kDecGemm1     = instances[decodeGemm1Args]("kmoe_decode_gemm1_n", decodeSubtiles)
 	kDecGemm2     = instances[decodeGemm2Args]("kmoe_decode_gemm2_n", decodeSubtiles)
 )
@@ -582,7 +593,7 @@ var decodeSubtiles = []int{1, 2, 4}
 
 var kernelSpecs = func() []kernelSpec {
 	all := []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize,
-		kDecPrologue, kTestWiden4, kXBF16, kRouteXBF16, kGatherRows, kAddRows, kTestF4Widen, kF4SGemm2Deep, kL2Flush}
+		kDecPrologue, kTestWiden4, kXBF16, kRouteXBF16, kGatherRows, kAddRows, kTestF4Widen, kF4SGemm2Deep, kL2Flush, kTestDivParam}
 	for _, m := range []map[int]kernelSpec{kDecGemm1, kDecGemm2, kWGGemm1, kWGGemm2, kF4Gemm1, kF4Gemm2, kF4FitGemm1, kF4FitGemm2, kF4SGemm1, kF4SGemm2} {
 		for _, k := range m {
 			all = append(all, k)
@@ -696,7 +707,7 @@ func abiHeader() string {
 	}
 	for _, t := range []reflect.Type{kQuantizeX.args, kRouteCount.args, kRouteScatter.args, kGemm1Small.args, kGemm2Small.args, kFinalize.args,
 		kDecPrologue.args, kDecGemm1[1].args, kDecGemm2[1].args, kTestWiden4.args, kXBF16.args, kRouteXBF16.args, kWGGemm1[128].args, kWGGemm2[128].args, kGatherRows.args, kAddRows.args,
-		kF4Gemm1[8].args, kF4Gemm2[8].args, kTestF4Widen.args, kL2Flush.args} {
+		kF4Gemm1[8].args, kF4Gemm2[8].args, kTestF4Widen.args, kL2Flush.args, kTestDivParam.args} {
 		b.WriteString(cStruct(t))
 	}
 	b.WriteString("// End of the generated ABI.\n")

@@ -131,6 +131,86 @@ func TestWiden4Exhaustive(t *testing.T) {
 	}
 }
 
+// div_param (the SiTU epilogue's x / beta: a product by the reciprocal
+// where beta is a power of two) against Go's float32 division, which is
+// IEEE round-to-nearest: bitwise for every power of two of either sign
+// (zero, subnormal, infinite and the reciprocals past the normal range,
+// which take the division, included), a few other divisors and NaN, each
+// with 2048 random bit patterns and the special values of x. A wrong
+// reciprocal exponent or sign shows at every power of two.
+func TestDivParam(t *testing.T) {
+	bk := openOrSkip(t)
+	b := bk.(*Backend)
+	defer b.Close()
+	var bs []uint32
+	for e := range uint32(256) {
+		bs = append(bs, e<<23, 0x80000000|e<<23)
+	}
+	for _, v := range []float32{25, 3, 1.5, -7, 0.1} {
+		bs = append(bs, math.Float32bits(v))
+	}
+	bs = append(bs, 1, 0x00400001, 0x7FC00000)
+	xs := []uint32{0, 0x80000000, 1, 0x80000001, 0x007FFFFF, 0x00800000, 0x3F800000, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F800000, 0xFF800000, 0x7FC00000}
+	r := uint64(1)
+	for range 2048 {
+		r = r*6364136223846793005 + 1442695040888963407
+		xs = append(xs, uint32(r>>32))
+	}
+	var x, d []uint32
+	for _, bv := range bs {
+		for _, xv := range xs {
+			x, d = append(x, xv), append(d, bv)
+		}
+	}
+	out := make([]uint32, len(x))
+	err := b.locked(func() error {
+		k, err := bind[testDivParamArgs](b.module, kTestDivParam)
+		if err != nil {
+			return err
+		}
+		ptrs := make([]devptr, 3)
+		for i := range ptrs {
+			if ptrs[i], err = cuMemAlloc(4 * len(x)); err != nil {
+				return err
+			}
+			defer cuMemFree(ptrs[i])
+		}
+		if err := cuMemcpyHtoD(ptrs[0], u32bytes(x), b.stream); err != nil {
+			return err
+		}
+		if err := cuMemcpyHtoD(ptrs[1], u32bytes(d), b.stream); err != nil {
+			return err
+		}
+		grid := (len(x) + abiThreads - 1) / abiThreads
+		if err := k.launch([3]int{grid, 1, 1}, b.stream, &testDivParamArgs{X: ptrs[0], B: ptrs[1], Out: ptrs[2], N: int32(len(x))}); err != nil {
+			return err
+		}
+		if err := cuMemcpyDtoH(u32bytes(out), ptrs[2], b.stream); err != nil {
+			return err
+		}
+		return cuStreamSync(b.stream)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := 0
+	for i := range x {
+		want := math.Float32frombits(x[i]) / math.Float32frombits(d[i])
+		got := math.Float32frombits(out[i])
+		if want != want && got != got {
+			continue // NaN either way
+		}
+		if math.Float32bits(want) != out[i] {
+			if bad++; bad <= 5 {
+				t.Errorf("div_param(%#08x, %#08x) = %#08x, want %#08x", x[i], d[i], out[i], math.Float32bits(want))
+			}
+		}
+	}
+	if bad > 5 {
+		t.Errorf("... %d of %d wrong", bad, len(x))
+	}
+}
+
 // The timing's L2 flush (flushL2): every KIMIMOE_BENCH_FLUSH mode times a
 // forward; the buffer is allocated by the first flushed timing, holds the
 // zeros the read flush relies on (its sink is written only for a nonzero
