@@ -8,7 +8,7 @@
 # measured beside kimimoe in the same call); docs/PERF.md says the two
 # one-line changes made to the copy so that it measures M = 2..32 as well.
 # Then, through the device tool, with carry [".gpu"]:
-#   bash scripts/gpu-check.sh run
+#   bash scripts/gpu-check.sh run      (or verify: no benches, peer or floors; verify.log)
 # which writes at most 8 files under $OUT: run.log, cuda_test.log, the
 # validate JSON of both chains (default paths: wgmma-fp4 up to M=512 on
 # sm_90) and of the whole matrix without the wgmma-fp4 path (decode,
@@ -56,7 +56,10 @@ if [ "$1" = multi ]; then
   [ -n "${SKIP_BENCH:-}" ] || timeout 200 .gpu/kimimoe bench --backend cuda --devices 2 --rounds 20 --json "$OUT/bench_devices.json" 2>&1 | tee -a "$log"
   exit 0
 fi
-log="$OUT/run.log"
+if [ "$1" != run ] && [ "$1" != verify ]; then
+  echo "usage: $0 build | run | verify | multi" >&2; exit 2
+fi
+log="$OUT/$1.log"
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; } 2>&1 | tee "$log"
 (cd backend/cuda && timeout 200 ../../.gpu/cuda.test -test.v -test.timeout 190s 2>&1) > "$OUT/cuda_test.log"
 grep -E "^(--- |ok|FAIL|PASS)|cubin|rror|panic" "$OUT/cuda_test.log" | head -40 | tee -a "$log"
@@ -71,6 +74,7 @@ KIMIMOE_FP4_SYNC=0 KIMIMOE_PDL=0 timeout 150 .gpu/kimimoe validate --backend cud
 KIMIMOE_FP4_MAX_M=0 timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ --json "$OUT/validate_situ_mxfp8_nofp4.json" 2>&1 | tee -a "$log" | tail -1
 KIMIMOE_FP4_MAX_M=0 KIMIMOE_DECODE_MAX_M=-1 KIMIMOE_WGMMA_MIN_M=1 timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ 2>&1 | tee -a "$log" | tail -1
 timeout 60 .gpu/kimimoe validate --backend cuda --suite smoke --activation swiglu_oai --recipe floor 2>&1 | tee -a "$log" | tail -1
+if [ "$1" = run ]; then # verify: the tests, validations and sanitizers only
 timeout 120 .gpu/kimimoe bench --backend cuda --profile --rounds 20 --json "$OUT/bench.json" 2>&1 | tee -a "$log"
 timeout 120 .gpu/kimimoe bench --backend cuda --rounds 10 --fp4-max-m 0 --json "$OUT/bench_nofp4.json" 2>&1 | tail -16 | tee -a "$log"
 # The other timing methods, for the differences in the same call: the L2
@@ -99,6 +103,7 @@ for f in write write-sync; do
   echo "graph_floor.py with FLUSH=$f:" | tee -a "$log"
   FLUSH=$f timeout 100 python3 scripts/graph_floor.py 140.4 2>&1 | tail -3 | tee -a "$log"
 done
+fi
 for tool in memcheck racecheck; do
   timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 .gpu/kimimoe validate --backend cuda --suite smoke --runs 1 > /tmp/san.txt 2>&1
   echo "compute-sanitizer $tool on validate --suite smoke (default paths: wgmma-fp4 on sm_90): exit $?" | tee -a "$log"; tail -2 /tmp/san.txt | tee -a "$log"
