@@ -124,9 +124,8 @@ type Timer interface {
 	// graph replay if graph) and returns its device time in milliseconds,
 	// measured with device events around the kernels only. A device
 	// backend starts each timed forward with a cold cache and the device
-	// busy while the host launches it (the method of
-	// triton.testing.do_bench), so the time is the kernels', not the
-	// host's launch latency.
+	// busy while the host launches it (as triton.testing.do_bench does),
+	// so the time is the kernels', not the host's launch latency.
 	TimeForward(m int, graph bool) (float64, error)
 }
 

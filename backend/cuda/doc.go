@@ -53,13 +53,16 @@
 // variants under measurement.
 //
 // Timing (Layer.TimeForward, kimimoe bench). Each timed forward is
-// preceded on the stream by a rewrite of a 256 MB buffer (allocated on
-// the first timed forward, freed by Close): the forward starts with a cold
-// L2, and the device is busy while the host launches it, so the events
-// time the kernels and not the launch latency, which a forward inside a
-// model's graph does not pay. It is triton.testing.do_bench's method, by
-// which peer_moe.py times the peer. KIMIMOE_BENCH_FLUSH=0 times as before
-// (events around the launch on an idle device), to measure the difference.
+// preceded on the stream by a read of a 256 MB buffer (kmoe_l2_flush;
+// the buffer allocated on the first timed forward, freed by Close): the
+// forward starts with a cold L2, and the device is busy while the host
+// launches it, so the events time the kernels and not the launch latency,
+// which a forward inside a model's graph does not pay. It is
+// triton.testing.do_bench's method (by which peer_moe.py times the peer)
+// with a read for its rewrite, whose dirty lines the forward would write
+// back. KIMIMOE_BENCH_FLUSH=write times with the rewrite, =0 with no flush
+// (events around the launch on an idle device, the method before
+// 2026-12-01), to measure the differences; another value is an error.
 //
 // Four paths, chosen per forward by the token count (Layer.PathFor). On an
 // sm_90 device (the module is compiled for sm_90a) the wgmma-fp4 path takes

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"kimimoe/backend"
 )
 
 // deviceOrdinal parses $KIMIMOE_DEVICE ("" means 0) against n devices.
@@ -16,4 +18,27 @@ func deviceOrdinal(env string, n int) (int, error) {
 		return 0, fmt.Errorf("%w: KIMIMOE_DEVICE=%q is not a device ordinal from 0 to %d", ErrNoDevice, env, n-1)
 	}
 	return ord, nil
+}
+
+// flushMode is how a timed forward's L2 flush is done (Backend.flushL2),
+// from $KIMIMOE_BENCH_FLUSH.
+type flushMode int
+
+const (
+	flushRead  flushMode = iota // "" or "read": kmoe_l2_flush reads 256 MB (the default)
+	flushWrite                  // "write": a 256 MB rewrite, triton.testing.do_bench's flush
+	flushNone                   // "0": none (the timing method before 2026-12-01)
+)
+
+// parseFlushMode parses $KIMIMOE_BENCH_FLUSH.
+func parseFlushMode(env string) (flushMode, error) {
+	switch strings.TrimSpace(env) {
+	case "", "read":
+		return flushRead, nil
+	case "write":
+		return flushWrite, nil
+	case "0":
+		return flushNone, nil
+	}
+	return flushRead, fmt.Errorf("%w: KIMIMOE_BENCH_FLUSH=%q is not read, write or 0", backend.ErrUnsupported, env)
 }

@@ -351,7 +351,7 @@ type Backend struct {
 	module cuModule
 	k      *kernels
 	layers map[*Layer]bool // open layers, closed with the backend
-	flush  devptr          // timingFlushBytes rewritten before each timed forward (allocated on first use)
+	flush  devptr          // timingFlushBytes read (flushL2) before each timed forward, allocated on first use
 	closed bool
 }
 
@@ -1371,12 +1371,12 @@ const timingFlushBytes = 256 << 20
 // with the rewrite, 0.0541 with no flush; M=8 0.1406, 0.1469, 0.1417.
 // KIMIMOE_BENCH_FLUSH=write times with the rewrite and =0 with no flush
 // (events around the launch on an idle device: the method before
-// 2026-12-01), to measure the differences. Called under b.mu with the
-// context current.
+// 2026-12-01), to measure the differences (parseFlushMode). Called under
+// b.mu with the context current.
 func (b *Backend) flushL2() error {
-	mode := os.Getenv("KIMIMOE_BENCH_FLUSH")
-	if mode == "0" {
-		return nil
+	mode, err := parseFlushMode(os.Getenv("KIMIMOE_BENCH_FLUSH"))
+	if err != nil || mode == flushNone {
+		return err
 	}
 	if b.flush == 0 {
 		p, err := cuMemAlloc(timingFlushBytes)
@@ -1388,7 +1388,7 @@ func (b *Backend) flushL2() error {
 			return err
 		}
 	}
-	if mode == "write" {
+	if mode == flushWrite {
 		return cuMemsetD32(b.flush, 0, timingFlushBytes/4, b.stream)
 	}
 	// Zeros read: the kernel's sink (the buffer's first word) is never written.
