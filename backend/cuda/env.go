@@ -30,6 +30,17 @@ const (
 	flushNone                   // "0": none (the timing method before 2026-12-01)
 )
 
+// String says what the mode does before a timed forward's start event.
+func (m flushMode) String() string {
+	switch m {
+	case flushWrite:
+		return "L2 flushed by a 256 MB rewrite before each (KIMIMOE_BENCH_FLUSH=write)"
+	case flushNone:
+		return "no L2 flush, the events around the launch on an idle device (KIMIMOE_BENCH_FLUSH=0)"
+	}
+	return "L2 flushed by a 256 MB read before each"
+}
+
 // parseFlushMode parses $KIMIMOE_BENCH_FLUSH.
 func parseFlushMode(env string) (flushMode, error) {
 	switch strings.TrimSpace(env) {

@@ -43,4 +43,12 @@ func TestParseFlushMode(t *testing.T) {
 			t.Errorf("parseFlushMode(%q): %v does not wrap backend.ErrUnsupported", c.env, err)
 		}
 	}
+	// Each mode names itself in bench's output differently.
+	seen := map[string]bool{}
+	for _, m := range []flushMode{flushRead, flushWrite, flushNone} {
+		if seen[m.String()] {
+			t.Errorf("flush mode %d's description %q is another mode's", m, m)
+		}
+		seen[m.String()] = true
+	}
 }

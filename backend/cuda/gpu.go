@@ -1353,6 +1353,13 @@ func (l *Layer) TimeForward(m int, graph bool) (ms float64, err error) {
 	return ms, err
 }
 
+// TimingMethod says how TimeForward times (the flush KIMIMOE_BENCH_FLUSH
+// picks), for kimimoe bench's output and JSON; an error for a bad value.
+func (l *Layer) TimingMethod() (string, error) {
+	mode, err := parseFlushMode(os.Getenv("KIMIMOE_BENCH_FLUSH"))
+	return mode.String(), err
+}
+
 // timingFlushBytes is what flushL2 reads: five times the H200's 50 MB L2,
 // and triton.testing.do_bench's 256 MB (the peer's timing).
 const timingFlushBytes = 256 << 20

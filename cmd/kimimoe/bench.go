@@ -248,6 +248,15 @@ func runBench(args []string) error {
 			rows[j].SamplesMS = append(rows[j].SamplesMS, t)
 		}
 	}
+	timing := "CUDA events"
+	if tm, ok := layer.(interface{ TimingMethod() (string, error) }); ok {
+		method, err := tm.TimingMethod()
+		if err != nil {
+			p.done()
+			return err
+		}
+		timing += ", " + method
+	}
 	p.update("measuring copy bandwidth")
 	bw, err := meter.CopyBandwidth(*copyMB<<20, 20)
 	p.done()
@@ -261,8 +270,8 @@ func runBench(args []string) error {
 	}
 	fmt.Fprintf(out, "shape: %s, K=%d N=%d, 28 local experts, top-%d with 8 slots local, SiTU, chain %v, rceil; graph=%v\n",
 		shape, spec.K, spec.N, spec.TopK, chain, *graph)
-	fmt.Fprintf(out, "floor = max(bytes / %.2f TB/s (copy, measured now), FLOPs / %.0f TFLOP/s (FP8 peak, torch._scaled_mm on the H200)); median of %d interleaved rounds (CUDA events, L2 flushed before each) in %.1fs\n",
-		bw/1e12, *peak, *rounds, time.Since(start).Seconds())
+	fmt.Fprintf(out, "floor = max(bytes / %.2f TB/s (copy, measured now), FLOPs / %.0f TFLOP/s (FP8 peak, torch._scaled_mm on the H200)); median of %d interleaved rounds (%s) in %.1fs\n",
+		bw/1e12, *peak, *rounds, timing, time.Since(start).Seconds())
 	fmt.Fprintf(out, "%6s %8s %8s %10s %10s %10s %9s %9s %9s %8s  %s\n", "M", "experts", "MB", "median ms", "min ms", "max ms", "GB/s", "TFLOP/s", "floor ms", "x floor", "path")
 	for j := range rows {
 		r := &rows[j]
@@ -315,7 +324,7 @@ func runBench(args []string) error {
 	}
 	if *jsonPath != "" {
 		doc := map[string]any{"backend": b.Name(), "device": b.Capabilities().Device, "date": time.Now().UTC().Format(time.RFC3339), "k": spec.K, "n": spec.N,
-			"copy_bandwidth_bytes_per_s": bw, "fp8_peak_tflops": *peak, "graph": *graph, "chain": chain.String(), "rounds": *rounds, "rows": rows}
+			"copy_bandwidth_bytes_per_s": bw, "fp8_peak_tflops": *peak, "graph": *graph, "chain": chain.String(), "rounds": *rounds, "timing": timing, "rows": rows}
 		data, err := json.MarshalIndent(doc, "", "  ")
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"kimimoe/moe"
@@ -85,6 +86,15 @@ func runCompare(args []string) error {
 		return usagef("%s and %s have no token count M in common", *benchPath, *peersPath)
 	}
 	fmt.Fprintf(os.Stdout, "kimimoe %s on %s (%s) against the peer on %s (%s)\n", doc.Backend, doc.Device, doc.Date, peers.Device, peers.DateUTC)
+	timing := doc.Timing
+	if timing == "" {
+		timing = "not recorded in its file (written before bench recorded it: docs/PERF.md says how it was timed)"
+	}
+	peerTiming := strings.SplitN(peers.Timing, ";", 2)[0] // its method, before the script's notes
+	if peerTiming == "" {
+		peerTiming = "not recorded in its file"
+	}
+	fmt.Fprintf(os.Stdout, "timing: kimimoe %s; the peer %s\n", timing, peerTiming)
 	if *markdown {
 		fmt.Fprintln(os.Stdout, "\n| M | path | kimimoe ms | floor ms | x floor | peer ms (graph) | peer / kimimoe |")
 		fmt.Fprintln(os.Stdout, "| --- | --- | --- | --- | --- | --- | --- |")

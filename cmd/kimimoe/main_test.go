@@ -478,6 +478,18 @@ func TestCompareCommand(t *testing.T) {
 	if strings.Contains(out, "| 8 |") || strings.Contains(out, "| 512 |") {
 		t.Errorf("compare printed an M that is not in both files:\n%s", out)
 	}
+	if !strings.Contains(out, "timing: kimimoe not recorded in its file") || !strings.Contains(out, "the peer not recorded in its file") {
+		t.Errorf("compare printed no line saying that neither file records its timing:\n%s", out)
+	}
+	// Both methods as the files record them (the peer's up to its notes).
+	timed := write("timed.json", `{"backend": "cuda", "device": "GPU", "date": "2026-11-30T23:24:28Z", "timing": "CUDA events, read flush",
+		"rows": [{"m": 1, "median_ms": 0.05, "floor_ms": 0.025}]}`)
+	timedPeers := write("timed_peers.json", `{"date_utc": "2026-11-30T23:26:00Z", "device": "GPU", "timing": "do_bench median; notes",
+		"rows": [{"M": 1, "triton_graph_ms": 0.2}]}`)
+	out, err = capture(t, func() error { return runCompare([]string{"--bench", timed, "--peers", timedPeers}) })
+	if err != nil || !strings.Contains(out, "timing: kimimoe CUDA events, read flush; the peer do_bench median\n") {
+		t.Errorf("compare of files that record their timing printed (%v)\n%s", err, out)
+	}
 	apart := write("apart.json", `{"date_utc": "2026-11-30T21:00:00Z", "device": "GPU", "rows": [{"M": 1, "triton_graph_ms": 0.2}]}`)
 	var ue usageError
 	if _, err := capture(t, func() error { return runCompare([]string{"--bench", bench, "--peers", apart}) }); !errors.As(err, &ue) || !strings.Contains(err.Error(), "apart") {

@@ -19,6 +19,7 @@ type benchDoc struct {
 	Date    string     `json:"date"`
 	K       int        `json:"k,omitempty"` // absent in files from before bench --k: Kimi's
 	N       int        `json:"n,omitempty"`
+	Timing  string     `json:"timing,omitempty"` // how bench timed (absent in files written before the field: docs/PERF.md says)
 	Rows    []benchRow `json:"rows"`
 }
 
@@ -26,6 +27,7 @@ type benchDoc struct {
 type peerDoc struct {
 	DateUTC string `json:"date_utc"`
 	Device  string `json:"device"`
+	Timing  string `json:"timing"`
 	Rows    []struct {
 		M       int     `json:"M"`
 		GraphMS float64 `json:"triton_graph_ms"`
