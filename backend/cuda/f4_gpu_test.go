@@ -4,7 +4,6 @@ package cuda
 
 import (
 	"errors"
-	"math"
 	"testing"
 
 	"kimimoe/backend"
@@ -42,37 +41,9 @@ func TestF4WidenExhaustive(t *testing.T) {
 			in, sc = append(in, word), append(sc, bytes[0]|bytes[1]<<8|bytes[2]<<16|bytes[3]<<24)
 		}
 	}
-	out := make([]uint32, 4*len(in))
-	err := b.locked(func() error {
-		k, err := bind[testF4WidenArgs](b.module, kTestF4Widen)
-		if err != nil {
-			return err
-		}
-		ptrs := make([]devptr, 3)
-		for i, n := range []int{4 * len(in), 4 * len(sc), 4 * len(out)} {
-			if ptrs[i], err = cuMemAlloc(n); err != nil {
-				return err
-			}
-			defer cuMemFree(ptrs[i])
-		}
-		if err := cuMemcpyHtoD(ptrs[0], u32bytes(in), b.stream); err != nil {
-			return err
-		}
-		if err := cuMemcpyHtoD(ptrs[1], u32bytes(sc), b.stream); err != nil {
-			return err
-		}
-		args := &testF4WidenArgs{In: ptrs[0], Sc: ptrs[1], Out: ptrs[2], N: i32(len(in))}
-		if err := k.launch([3]int{(len(in) + abiThreads - 1) / abiThreads, 1, 1}, b.stream, args); err != nil {
-			return err
-		}
-		if err := cuMemcpyDtoH(u32bytes(out), ptrs[2], b.stream); err != nil {
-			return err
-		}
-		return cuStreamSync(b.stream)
+	out := runWordKernel(t, b, kTestF4Widen, [][]uint32{in, sc}, 4*len(in), func(p []devptr) *testF4WidenArgs {
+		return &testF4WidenArgs{In: p[0], Sc: p[1], Out: p[2], N: i32(len(in))}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for n := range in {
 		s, i := n/16, n%16
 		for j := range 4 {
@@ -184,11 +155,7 @@ func TestF4SyncLoop(t *testing.T) {
 		if err := l.Forward(plain, in, nil); err != nil {
 			t.Fatal(err)
 		}
-		for i := range plain {
-			if math.Float32bits(plain[i]) != math.Float32bits(outs[0][i]) {
-				t.Fatalf("M=%d: value %d is %g with programmatic dependent launch, %g without", m, i, outs[0][i], plain[i])
-			}
-		}
+		requireSameBits(t, m, "with programmatic dependent launch", outs[0], "without", plain)
 	}
 
 	set(false, false)
@@ -224,11 +191,7 @@ func TestF4FitN(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		for j := range outs[0] {
-			if math.Float32bits(outs[0][j]) != math.Float32bits(outs[1][j]) || math.IsNaN(float64(outs[0][j])) {
-				t.Fatalf("M=%d: value %d is %g at the fitted N, %g at the tile's N", m, j, outs[0][j], outs[1][j])
-			}
-		}
+		requireSameBits(t, m, "at the fitted N", outs[0], "at the tile's N", outs[1])
 		t.Logf("M=%d: %d values bitwise equal at the fitted and the full N", m, len(outs[0]))
 	}
 
@@ -266,11 +229,7 @@ func TestF4TileReady(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		for i := range outs[0] {
-			if math.Float32bits(outs[0][i]) != math.Float32bits(outs[1][i]) {
-				t.Fatalf("M=%d: value %d is %g waiting for GEMM1's tile, %g waiting for all of GEMM1", m, i, outs[1][i], outs[0][i])
-			}
-		}
+		requireSameBits(t, m, "waiting for GEMM1's tile", outs[1], "waiting for all of GEMM1", outs[0])
 		t.Logf("M=%d: %d values bitwise equal either way", m, len(outs[0]))
 	}
 	set(false)

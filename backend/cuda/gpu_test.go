@@ -23,8 +23,7 @@ func TestLayerLifecycle(t *testing.T) {
 	bk := openOrSkip(t)
 	b := bk.(*Backend)
 	defer b.Close()
-	s := validation.CaseSpec{Name: "life", M: 1, K: 128, N: 128, ELocal: 4, TopK: 2, Activation: activation.Situ,
-		Chain: moe.ChainMXFP8, Recipe: mxfp.RecipeRCeil, Seed: 1, WeightSeed: 1}
+	s := smallSpec("life")
 	l, w := prepare(t, b, &s, nil)
 	// Which path runs: wgmma-fp4 up to f4MaxMDefault tokens where it is
 	// available, else decode up to decodeMaxM tokens and grouped above.
@@ -97,28 +96,7 @@ func TestWiden4Exhaustive(t *testing.T) {
 	bk := openOrSkip(t)
 	b := bk.(*Backend)
 	defer b.Close()
-	out := make([]uint32, 65536)
-	err := b.locked(func() error {
-		k, err := bind[testWiden4Args](b.module, kTestWiden4)
-		if err != nil {
-			return err
-		}
-		buf, err := cuMemAlloc(4 * len(out))
-		if err != nil {
-			return err
-		}
-		defer cuMemFree(buf)
-		if err := k.launch([3]int{65536 / abiThreads, 1, 1}, b.stream, &testWiden4Args{Out: buf}); err != nil {
-			return err
-		}
-		if err := cuMemcpyDtoH(u32bytes(out), buf, b.stream); err != nil {
-			return err
-		}
-		return cuStreamSync(b.stream)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := runWordKernel(t, b, kTestWiden4, nil, 65536, func(p []devptr) *testWiden4Args { return &testWiden4Args{Out: p[0]} })
 	for v, got := range out {
 		for i := range 4 {
 			code := uint8(v >> (4 * i) & 0xF)
@@ -162,37 +140,9 @@ func TestDivParam(t *testing.T) {
 			x, d = append(x, xv), append(d, bv)
 		}
 	}
-	out := make([]uint32, len(x))
-	err := b.locked(func() error {
-		k, err := bind[testDivParamArgs](b.module, kTestDivParam)
-		if err != nil {
-			return err
-		}
-		ptrs := make([]devptr, 3)
-		for i := range ptrs {
-			if ptrs[i], err = cuMemAlloc(4 * len(x)); err != nil {
-				return err
-			}
-			defer cuMemFree(ptrs[i])
-		}
-		if err := cuMemcpyHtoD(ptrs[0], u32bytes(x), b.stream); err != nil {
-			return err
-		}
-		if err := cuMemcpyHtoD(ptrs[1], u32bytes(d), b.stream); err != nil {
-			return err
-		}
-		grid := (len(x) + abiThreads - 1) / abiThreads
-		if err := k.launch([3]int{grid, 1, 1}, b.stream, &testDivParamArgs{X: ptrs[0], B: ptrs[1], Out: ptrs[2], N: int32(len(x))}); err != nil {
-			return err
-		}
-		if err := cuMemcpyDtoH(u32bytes(out), ptrs[2], b.stream); err != nil {
-			return err
-		}
-		return cuStreamSync(b.stream)
+	out := runWordKernel(t, b, kTestDivParam, [][]uint32{x, d}, len(x), func(p []devptr) *testDivParamArgs {
+		return &testDivParamArgs{X: p[0], B: p[1], Out: p[2], N: i32(len(x))}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	bad := 0
 	for i := range x {
 		want := math.Float32frombits(x[i]) / math.Float32frombits(d[i])
@@ -219,8 +169,7 @@ func TestTimingFlush(t *testing.T) {
 	bk := openOrSkip(t)
 	b := bk.(*Backend)
 	defer b.Close()
-	s := validation.CaseSpec{Name: "flush", M: 1, K: 128, N: 128, ELocal: 4, TopK: 2, Activation: activation.Situ,
-		Chain: moe.ChainMXFP8, Recipe: mxfp.RecipeRCeil, Seed: 1, WeightSeed: 1}
+	s := smallSpec("life")
 	l, w := prepare(t, b, &s, nil)
 	c, err := validation.GenerateCase(&s, w)
 	if err != nil {
@@ -263,6 +212,53 @@ func TestTimingFlush(t *testing.T) {
 }
 
 func u32bytes(v []uint32) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v)) }
+
+// runWordKernel runs the test kernel spec over 32-bit words on b: each of
+// ins is copied to a buffer of its own, an output buffer of nOut words
+// follows them, args makes the kernel's arguments from those buffers (ins'
+// in order, then the output's), it runs one thread a word of ins[0] (of
+// the output if there are no ins), and the output words come back.
+func runWordKernel[A any](t *testing.T, b *Backend, spec kernelSpec, ins [][]uint32, nOut int, args func(p []devptr) *A) []uint32 {
+	t.Helper()
+	threads := nOut
+	if len(ins) > 0 {
+		threads = len(ins[0])
+	}
+	out := make([]uint32, nOut)
+	err := b.locked(func() error {
+		k, err := bind[A](b.module, spec)
+		if err != nil {
+			return err
+		}
+		p := make([]devptr, len(ins)+1)
+		for i := range p {
+			n := nOut
+			if i < len(ins) {
+				n = len(ins[i])
+			}
+			if p[i], err = cuMemAlloc(4 * n); err != nil {
+				return err
+			}
+			defer cuMemFree(p[i])
+			if i < len(ins) {
+				if err := cuMemcpyHtoD(p[i], u32bytes(ins[i]), b.stream); err != nil {
+					return err
+				}
+			}
+		}
+		if err := k.launch([3]int{(threads + abiThreads - 1) / abiThreads, 1, 1}, b.stream, args(p)); err != nil {
+			return err
+		}
+		if err := cuMemcpyDtoH(u32bytes(out), p[len(ins)], b.stream); err != nil {
+			return err
+		}
+		return cuStreamSync(b.stream)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
 
 // The wgmma path (sm_90a) against the mma.sync path on the same layer and
 // inputs, at the Kimi shape and M = 32 .. 2048, and both against the
@@ -391,6 +387,25 @@ func comparePaths(t *testing.T, o *moe.Oracle, in *moe.Input, k int, names [2]st
 	}
 	vs := validation.Compare(validation.Widen(outs[0]), validation.Widen(outs[1]))
 	t.Logf("M=%d: %s and %s bitwise equal in %d of %d values; NRMSE between them %.3g", m, names[0], names[1], same, len(outs[0]), vs.NRMSE)
+}
+
+// smallSpec is the small SiTU layer of the lifecycle tests: 4 experts of
+// K = N = 128, top 2, one token.
+func smallSpec(name string) validation.CaseSpec {
+	return validation.CaseSpec{Name: name, M: 1, K: 128, N: 128, ELocal: 4, TopK: 2, Activation: activation.Situ,
+		Chain: moe.ChainMXFP8, Recipe: mxfp.RecipeRCeil, Seed: 1, WeightSeed: 1}
+}
+
+// requireSameBits fails at the first value whose bits differ between a
+// and b (two forwards of one M=m input, named an and bn), or that is NaN:
+// the outputs are NaN-filled, so a row neither forward wrote is a NaN.
+func requireSameBits(t *testing.T, m int, an string, a []float32, bn string, b []float32) {
+	t.Helper()
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) || math.IsNaN(float64(a[i])) {
+			t.Fatalf("M=%d: value %d is %g %s, %g %s", m, i, a[i], an, b[i], bn)
+		}
+	}
 }
 
 // setLayer changes l's path settings through reconfigure (as the
