@@ -10,7 +10,7 @@
 # Then, through the device tool, with carry [".gpu"]:
 #   bash scripts/gpu-check.sh run      (or verify: no benches, peer or floors; verify.log)
 # which writes at most 8 files under $OUT: run.log, cuda_test.log, the
-# validate JSON of both chains (default paths: wgmma-fp4 up to M=512 on
+# validate JSON of both chains (default paths: wgmma-fp4 at every M on
 # sm_90) and of the whole matrix without the wgmma-fp4 path (decode,
 # mma.sync and wgmma GEMMs), bench.json (default paths), bench_nofp4.json
 # (the paths before wgmma-fp4) and peer_triton.json; compute-sanitizer

@@ -95,10 +95,7 @@ func TestF4Path(t *testing.T) {
 			if want := map[bool]string{true: "wgmma-fp4", false: "grouped"}[on]; l.PathFor(m) != want {
 				t.Fatalf("M=%d takes the %s path, want %s", m, l.PathFor(m), want)
 			}
-			outs[i] = nanFilledOut(m * w.K)
-			if err := l.Forward(outs[i], in, nil); err != nil {
-				t.Fatal(err)
-			}
+			outs[i] = forwardOut(t, l, in, m)
 			prof, err := l.Profile(m)
 			if err != nil {
 				t.Fatal(err)
@@ -142,19 +139,13 @@ func TestF4SyncLoop(t *testing.T) {
 		var outs [2][]float32
 		for i, noSync := range []bool{false, true} {
 			set(noSync, false)
-			outs[i] = nanFilledOut(m * w.K)
-			if err := l.Forward(outs[i], in, nil); err != nil {
-				t.Fatal(err)
-			}
+			outs[i] = forwardOut(t, l, in, m)
 		}
 		comparePaths(t, o, in, w.K, [2]string{"mma.sync loop", "wgmma loop"}, outs)
 		// Programmatic dependent launch changes when kernels start, not
 		// what they compute: without it, the same bits.
 		set(false, true)
-		plain := nanFilledOut(m * w.K)
-		if err := l.Forward(plain, in, nil); err != nil {
-			t.Fatal(err)
-		}
+		plain := forwardOut(t, l, in, m)
 		requireSameBits(t, m, "with programmatic dependent launch", outs[0], "without", plain)
 	}
 
@@ -186,10 +177,7 @@ func TestF4FitN(t *testing.T) {
 			if tt := f4TileTokens(m); l.PathFor(m) != "wgmma-fp4" || l.f4Fit(m, tt) != (maxM > 0) {
 				t.Fatalf("M=%d: path %s, tile %d, fitted %v", m, l.PathFor(m), tt, l.f4Fit(m, tt))
 			}
-			outs[i] = nanFilledOut(m * w.K)
-			if err := l.Forward(outs[i], in, nil); err != nil {
-				t.Fatal(err)
-			}
+			outs[i] = forwardOut(t, l, in, m)
 		}
 		requireSameBits(t, m, "at the fitted N", outs[0], "at the tile's N", outs[1])
 		t.Logf("M=%d: %d values bitwise equal at the fitted and the full N", m, len(outs[0]))
@@ -221,13 +209,8 @@ func TestF4TileReady(t *testing.T) {
 		var outs [2][]float32
 		for i, noReady := range []bool{true, false} {
 			set(noReady)
-			if err := l.Forward(nanFilledOut(m*w.K), in[0], nil); err != nil {
-				t.Fatal(err)
-			}
-			outs[i] = nanFilledOut(m * w.K)
-			if err := l.Forward(outs[i], in[1], nil); err != nil {
-				t.Fatal(err)
-			}
+			forwardOut(t, l, in[0], m)
+			outs[i] = forwardOut(t, l, in[1], m)
 		}
 		requireSameBits(t, m, "waiting for GEMM1's tile", outs[1], "waiting for all of GEMM1", outs[0])
 		t.Logf("M=%d: %d values bitwise equal either way", m, len(outs[0]))

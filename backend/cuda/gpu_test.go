@@ -288,10 +288,7 @@ func TestWGMMAPath(t *testing.T) {
 			if err := l.SetWGMMA(on); err != nil {
 				t.Fatal(err)
 			}
-			outs[i] = nanFilledOut(m * w.K)
-			if err := l.Forward(outs[i], in, nil); err != nil {
-				t.Fatal(err)
-			}
+			outs[i] = forwardOut(t, l, in, m)
 		}
 		comparePaths(t, o, in, w.K, [2]string{"wgmma", "mma.sync"}, outs)
 	}
@@ -429,6 +426,17 @@ func requireLaunched(t *testing.T, l *Layer, in *moe.Input, m int, k *map[int]ke
 	if err == nil {
 		t.Fatalf("M=%d ran without %s", m, what)
 	}
+}
+
+// forwardOut runs l's forward of in (m tokens) into a NaN-filled output,
+// which it returns; an error fails the test.
+func forwardOut(t *testing.T, l *Layer, in *moe.Input, m int) []float32 {
+	t.Helper()
+	out := nanFilledOut(m * l.w.K)
+	if err := l.Forward(out, in, nil); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 func nanFilledOut(n int) []float32 {

@@ -1456,9 +1456,9 @@ __device__ __forceinline__ void f4_chunk(float (&acc)[NT / 2], u32 (&a)[4][4], u
 #pragma unroll
     for (int q = 0; q < 4; q++) wgmma_rs<NE>(d, a[q], db + (u64)(sw_off(0, q * 32) >> 4));
     wg_commit();
-    // Single-buffered: done before a is written again. (f2's second buffer
-    // had ptxas serialize every wgmma: SASS, a wait after each HGMMA;
-    // docs/PERF.md.)
+    // Without PIPE, single-buffered: done before a is written again (f2's
+    // second buffer, without f27's retire-the-group-before wait, had ptxas
+    // serialize every wgmma: SASS, a wait after each HGMMA; docs/PERF.md).
     if constexpr (PIPE) wg_wait<1>();
     else wg_wait<0>();
 }
