@@ -392,6 +392,15 @@ const (
 // the measured 512, where they win, and 1024, where they lose).
 const f4FitMaxMDefault = 512
 
+// f4ActMinMDefault and f4ActMaxMDefault bound the token counts whose GEMM1
+// epilogue runs as a kernel of its own (kmoe_act_requant), abiActCTAsSM
+// CTAs an SM, each warp going over the routed rows' 32-feature blocks.
+const (
+	f4ActMinMDefault = 97
+	f4ActMaxMDefault = 2048
+	abiActCTAsSM     = 8
+)
+
 // f4Stages are the token chunks staged at once per tile size: deeper for
 // small tiles, whose stages are small and whose loop is latency-bound.
 var f4Stages = map[int]int{8: 8, 16: 6, 32: 5, 64: 4, 128: 3}
@@ -461,7 +470,8 @@ type f4Gemm1Args struct {
 	TileBase devptr `c:"const int*"`
 	Params   devptr `c:"const float*"`
 	AQBF     devptr `c:"u8*" cname:"aqbf"`
-	Ready    devptr `c:"int*"` // per tile: GEMM1 CTAs done (tile_signal), or 0
+	Ready    devptr `c:"int*"`              // per tile: GEMM1 CTAs done (tile_signal), or 0
+	UG       devptr `c:"float*" cname:"ug"` // {up, gate} a routed row and feature for kmoe_act_requant, or 0: the epilogue in GEMM1
 	K        int32
 	N        int32
 	TopK     int32
@@ -470,6 +480,20 @@ type f4Gemm1Args struct {
 	NParams  int32
 	Chain    int32
 	Recipe   int32
+}
+
+// actRequantArgs: GEMM1's epilogue as a kernel of its own (kmoe_act_requant).
+type actRequantArgs struct {
+	UG      devptr `c:"const float*" cname:"ug"`
+	Offset  devptr `c:"const int*"`
+	Params  devptr `c:"const float*"`
+	AQBF    devptr `c:"u8*" cname:"aqbf"`
+	N       int32
+	ELocal  int32
+	Kind    int32
+	NParams int32
+	Chain   int32
+	Recipe  int32
 }
 
 type f4Gemm2Args struct {
@@ -572,6 +596,7 @@ var (
 	kF4SGemm2Deep = spec[f4Gemm2Args]("kmoe_f4s_gemm2_t8_deep")
 	kTestF4Widen  = spec[testF4WidenArgs]("kmoe_test_f4_widen")
 	kL2Flush      = spec[l2FlushArgs]("kmoe_l2_flush")
+	kActRequant   = spec[actRequantArgs]("kmoe_act_requant")
 	kTestDivParam = spec[testDivParamArgs]("kmoe_test_div_param")
 	kDecGemm1     = instances[decodeGemm1Args]("kmoe_decode_gemm1_n", decodeSubtiles)
 	kDecGemm2     = instances[decodeGemm2Args]("kmoe_decode_gemm2_n", decodeSubtiles)
@@ -593,7 +618,7 @@ var decodeSubtiles = []int{1, 2, 4}
 
 var kernelSpecs = func() []kernelSpec {
 	all := []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize,
-		kDecPrologue, kTestWiden4, kXBF16, kRouteXBF16, kGatherRows, kAddRows, kTestF4Widen, kF4SGemm2Deep, kL2Flush, kTestDivParam}
+		kDecPrologue, kTestWiden4, kXBF16, kRouteXBF16, kGatherRows, kAddRows, kTestF4Widen, kF4SGemm2Deep, kL2Flush, kTestDivParam, kActRequant}
 	for _, m := range []map[int]kernelSpec{kDecGemm1, kDecGemm2, kWGGemm1, kWGGemm2, kF4Gemm1, kF4Gemm2, kF4FitGemm1, kF4FitGemm2, kF4SGemm1, kF4SGemm2} {
 		for _, k := range m {
 			all = append(all, k)
@@ -707,7 +732,7 @@ func abiHeader() string {
 	}
 	for _, t := range []reflect.Type{kQuantizeX.args, kRouteCount.args, kRouteScatter.args, kGemm1Small.args, kGemm2Small.args, kFinalize.args,
 		kDecPrologue.args, kDecGemm1[1].args, kDecGemm2[1].args, kTestWiden4.args, kXBF16.args, kRouteXBF16.args, kWGGemm1[128].args, kWGGemm2[128].args, kGatherRows.args, kAddRows.args,
-		kF4Gemm1[8].args, kF4Gemm2[8].args, kTestF4Widen.args, kL2Flush.args, kTestDivParam.args} {
+		kF4Gemm1[8].args, kF4Gemm2[8].args, kTestF4Widen.args, kL2Flush.args, kTestDivParam.args, kActRequant.args} {
 		b.WriteString(cStruct(t))
 	}
 	b.WriteString("// End of the generated ABI.\n")

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"testing"
 
+	"kimimoe/activation"
 	"kimimoe/backend"
 	"kimimoe/moe"
+	"kimimoe/mxfp"
+	"kimimoe/validation"
 )
 
 // The kernels' MXFP4 -> BF16 widening (f4_widen, with the multipliers
@@ -216,4 +219,68 @@ func TestF4TileReady(t *testing.T) {
 		t.Logf("M=%d: %d values bitwise equal either way", m, len(outs[0]))
 	}
 	set(false)
+}
+
+// TestF4ActKernel: GEMM1's activation and requantization as a kernel of
+// their own (kmoe_act_requant, f4ActKernel) give the bits of GEMM1's
+// fused epilogue: on the Kimi layer (SiTU's compile-time instance, mxfp8
+// chain) at M on the mma.sync loop (1), the fitted loop (33, 128) and the
+// plain one (600); and on a layer with the flashinfer chain and
+// parameters that differ by expert (the run-time kind's instance and the
+// kernel's search for a row's expert, which the oracle checks too: a row
+// given another expert's parameters would miss it). The last part shows
+// the forward launches the kernel at all.
+func TestF4ActKernel(t *testing.T) {
+	b, l, s, w, _ := kimiSM90aLayer(t, "the wgmma-fp4 path")
+	set := func(l *Layer, on bool) {
+		t.Helper()
+		setLayer(t, l, func() {
+			l.decodeMaxM, l.f4ActMinM, l.f4ActMaxM = -1, 1, 0
+			if on {
+				l.f4ActMaxM = 1 << 20
+			}
+		})
+	}
+	fusedAndKernel := func(l *Layer, in *moe.Input, m int) [2][]float32 {
+		t.Helper()
+		var outs [2][]float32
+		for i, on := range []bool{false, true} {
+			set(l, on)
+			if l.PathFor(m) != "wgmma-fp4" || l.f4ActKernel(m) != on {
+				t.Fatalf("M=%d: path %s, activation kernel %v", m, l.PathFor(m), l.f4ActKernel(m))
+			}
+			outs[i] = forwardOut(t, l, in, m)
+		}
+		requireSameBits(t, m, "with the activation kernel", outs[1], "with GEMM1's epilogue", outs[0])
+		return outs
+	}
+	for _, m := range []int{1, 33, 128, 600} {
+		fusedAndKernel(l, kimiInput(t, s, w, m, uint64(9700+m)), m)
+		t.Logf("M=%d (Kimi layer): bitwise equal either way", m)
+	}
+
+	s2 := validation.KimiEP32Rank7(activation.Situ, moe.ChainFlashInfer, mxfp.RecipeRCeil)
+	for e := 0; e < s2.ELocal; e++ {
+		p := activation.DefaultParams()
+		p.SituBeta, p.SituLinearBeta = float64(2+e%3), float64(10+e)
+		s2.Params = append(s2.Params, p)
+	}
+	l2, w2 := prepare(t, b, &s2, nil)
+	defer l2.Close()
+	o2, err := moe.NewOracle(w2, s2.LayerSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := kimiInput(t, &s2, w2, 128, 9799)
+	comparePaths(t, o2, in, w2.K, [2]string{"GEMM1's epilogue", "the activation kernel"}, fusedAndKernel(l2, in, 128))
+
+	set(l, true)
+	saved := b.k.actRequant
+	b.k.actRequant = kernel[actRequantArgs]{}
+	err = l.Forward(nanFilledOut(128*l.w.K), kimiInput(t, s, w, 128, 9798), nil)
+	b.k.actRequant = saved
+	if err == nil {
+		t.Fatal("M=128 ran without the activation kernel")
+	}
+	set(l, false)
 }

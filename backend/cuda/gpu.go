@@ -110,6 +110,11 @@ func (l *Layer) f4SyncLoop(tt int) bool { return !l.f4NoSync && slices.Contains(
 // The fitted tiles are not the mma.sync loop's (TestF4SyncTiles).
 func (l *Layer) f4Fit(m, tt int) bool { return m <= l.f4FitMaxM && slices.Contains(f4FitTiles, tt) }
 
+// f4ActKernel says whether the m-token forward on the wgmma-fp4 path runs
+// GEMM1's activation and requantization as a kernel of its own
+// (kmoe_act_requant) rather than in GEMM1's epilogue.
+func (l *Layer) f4ActKernel(m int) bool { return m >= l.f4ActMinM && m <= l.f4ActMaxM }
+
 // f4TileTokens is the wgmma-fp4 GEMMs' token tile (the wgmma's N) for m
 // tokens: the tokens an expert gets grow with m. Measured on the H200 at
 // the Kimi shape (docs/PERF.md; KIMIMOE_FP4_TOKENS forces one): 16 up to
@@ -277,7 +282,8 @@ type kernels struct {
 	f4FitGemm2   map[int]kernel[f4Gemm2Args]
 	f4sGemm1     map[int]kernel[f4Gemm1Args] // the small tiles' barrier-free loop, by token tile
 	f4sGemm2     map[int]kernel[f4Gemm2Args]
-	f4sGemm2Deep kernel[f4Gemm2Args] // its GEMM2 at 8 tokens for small grids (f4sDeep2)
+	f4sGemm2Deep kernel[f4Gemm2Args]    // its GEMM2 at 8 tokens for small grids (f4sDeep2)
+	actRequant   kernel[actRequantArgs] // GEMM1's epilogue on its own (f4ActKernel)
 	l2Flush      kernel[l2FlushArgs]
 }
 
@@ -332,6 +338,8 @@ func loadKernels(m cuModule) (*kernels, error) {
 	k.f4sGemm2, err = bindAll[f4Gemm2Args](m, kF4SGemm2, f4sSmem)
 	add(err)
 	k.f4sGemm2Deep, err = bindSmem[f4Gemm2Args](m, kF4SGemm2Deep, f4sSmem(8))
+	add(err)
+	k.actRequant, err = bind[actRequantArgs](m, kActRequant)
 	add(err)
 	k.l2Flush, err = bind[l2FlushArgs](m, kL2Flush)
 	add(err)
@@ -577,7 +585,7 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 			backend.ErrUnsupported, 48<<10/4-1, w.E, backend.GoName)
 	}
 	l := &Layer{b: b, w: w, spec: spec, numGlobal: numGlobal, decodeMaxM: decodeMaxM, wgMinM: wgMinM, f4MaxM: f4MaxMDefault,
-		ws: map[int]*workspace{}, f4FitMaxM: f4FitMaxMDefault}
+		ws: map[int]*workspace{}, f4FitMaxM: f4FitMaxMDefault, f4ActMinM: f4ActMinMDefault, f4ActMaxM: f4ActMaxMDefault}
 	// Path settings from the environment, to run a whole suite or bench on
 	// one path (the Set* methods do the same per layer).
 	for _, e := range []struct {
@@ -590,6 +598,8 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 		{"KIMIMOE_WGMMA_MIN_M", 1, &l.wgMinM},
 		{"KIMIMOE_FP4_TOKENS", 0, &l.f4Tokens},     // to measure the tiles
 		{"KIMIMOE_FP4_FIT_MAX_M", 0, &l.f4FitMaxM}, // 0: every tile at its full N
+		{"KIMIMOE_FP4_ACT_MIN_M", 1, &l.f4ActMinM}, // the activation kernel's token counts (f4ActKernel)
+		{"KIMIMOE_FP4_ACT_MAX_M", 0, &l.f4ActMaxM}, // 0: never
 	} {
 		if v := os.Getenv(e.name); v != "" {
 			n, err := strconv.Atoi(v)
@@ -757,9 +767,11 @@ type Layer struct {
 	f4W31S      devptr
 	f4W2        devptr
 	f4W2S       devptr
-	f4MaxM      int                // largest M on the wgmma-fp4 GEMMs
-	f4Tokens    int                // the wgmma-fp4 token tile forced by KIMIMOE_FP4_TOKENS (0: by M)
-	f4FitMaxM   int                // most tokens on the fitted-N instances (f4Fit)
+	f4MaxM      int // largest M on the wgmma-fp4 GEMMs
+	f4Tokens    int // the wgmma-fp4 token tile forced by KIMIMOE_FP4_TOKENS (0: by M)
+	f4FitMaxM   int // most tokens on the fitted-N instances (f4Fit)
+	f4ActMinM   int // token counts whose GEMM1 epilogue runs as a kernel of its own (f4ActKernel)
+	f4ActMaxM   int
 	f4NoSync    bool               // KIMIMOE_FP4_SYNC=0: the small tiles on the wgmma loop too
 	noPDL       bool               // KIMIMOE_PDL=0: no programmatic dependent launch on the wgmma-fp4 path
 	noTileReady bool               // KIMIMOE_TILE_READY=0: GEMM2 waits for all of GEMM1 (pdl_wait), not its tile
@@ -787,6 +799,7 @@ type workspace struct {
 	xqd, xsf, touched, aqsf  devptr     // the decode path's padded x, float scales, touched experts, float aq scales
 	xbf, aqbf                devptr     // the wgmma path's BF16 x and intermediate (0 without it)
 	ready                    devptr     // the wgmma-fp4 GEMMs' per-tile counts (tile_signal), entries + E of them
+	ug                       devptr     // GEMM1's float32 up and gate for kmoe_act_requant (0 where f4ActKernel is off)
 	decode                   bool       // which path this token count takes
 	form                     int        // of the input uploaded last
 	wide                     bool       // its MXFP8 values pass BF16's range (xPastBF16)
@@ -885,6 +898,9 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 	}
 	if l.f4W31 != 0 { // at most one tile an entry, and one partial tile an expert
 		bufs = append(bufs, buf{&ws.ready, 4 * (entries + w.E)})
+	}
+	if l.f4W31 != 0 && l.f4ActKernel(m) {
+		bufs = append(bufs, buf{&ws.ug, 8 * entries * w.N})
 	}
 	for _, a := range bufs {
 		p, err := cuMemAlloc(a.n)
@@ -1067,9 +1083,14 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 	// GEMM2 waits for its tile's GEMM1 CTAs (tile_wait), not the whole
 	// grid, from f4TileReadyMinM tokens.
 	var ready devptr
-	nReady := 0 // counts, one a tile, that the prologue zeroes
-	if f4 && m >= f4TileReadyMinM && !l.noTileReady {
+	nReady := 0                         // counts, one a tile, that the prologue zeroes
+	actKernel := f4 && l.f4ActKernel(m) // then GEMM2 waits for the activation kernel, all of it
+	if f4 && m >= f4TileReadyMinM && !l.noTileReady && !actKernel {
 		ready, nReady = ws.ready, maxTiles
+	}
+	var ug devptr
+	if actKernel {
+		ug = ws.ug
 	}
 	var gemm1, gemm2 func() error
 	switch {
@@ -1091,7 +1112,7 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 		gemm1 = func() error {
 			return launch1([3]int{w.N / abiF4RowsGemm1, maxTiles, 1}, abiThreads, smem, s,
 				&f4Gemm1Args{XBF: ws.xbf, W: l.f4W31, WS: l.f4W31S, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
-					Params: l.params, AQBF: ws.aqbf, Ready: ready, K: i32(w.K), N: i32(w.N), TopK: i32(topk), ELocal: i32(w.E),
+					Params: l.params, AQBF: ws.aqbf, Ready: ready, UG: ug, K: i32(w.K), N: i32(w.N), TopK: i32(topk), ELocal: i32(w.E),
 					Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
 		}
 		gemm2 = func() error {
@@ -1176,7 +1197,20 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 					ELocal: i32(w.E), TT: i32(tt), Recipe: recipe, Form: form, NReady: i32(nReady)})
 		}}}
 	}
-	return append(prologue, step{"gemm1_act", gemm1}, step{"gemm2", gemm2}, finalize)
+	steps := append(prologue, step{"gemm1_act", gemm1})
+	if actKernel {
+		launch := k.actRequant.launchPDL // after GEMM1, which triggers it; GEMM2 waits for it
+		if l.noPDL {
+			launch = k.actRequant.launchWith
+		}
+		steps = append(steps, step{"act_requant", func() error {
+			warps := entries * w.N / 32 // an upper bound of the routed rows' blocks
+			return launch([3]int{min((warps+abiThreads/32-1)/(abiThreads/32), abiActCTAsSM*l.b.sms), 1, 1}, abiThreads, 0, s,
+				&actRequantArgs{UG: ug, Offset: ws.offset, Params: l.params, AQBF: ws.aqbf, N: i32(w.N), ELocal: i32(w.E),
+					Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
+		}})
+	}
+	return append(steps, step{"gemm2", gemm2}, finalize)
 }
 
 // Profile runs the uploaded m-token forward eagerly with an event between

@@ -105,12 +105,8 @@ __device__ __forceinline__ u32 warp_quantize_e4m3(float v, int recipe, u32* scal
     u32 a = u & 0x7FFFFFFFu;
     bool isnan = a > 0x7F800000u;
     u32 amax = isnan ? 0u : a;
-    u32 anynan = isnan ? 1u : 0u;
-    for (int o = 16; o > 0; o >>= 1) {
-        amax = umax(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-        anynan |= __shfl_xor_sync(0xFFFFFFFFu, anynan, o);
-    }
-    u32 s = block_scale_e4m3(amax, anynan != 0u, recipe);
+    for (int o = 16; o > 0; o >>= 1) amax = umax(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+    u32 s = block_scale_e4m3(amax, __any_sync(0xFFFFFFFFu, isnan), recipe);
     *scale_out = s;
     return e4m3_code(v, s);
 }
@@ -1716,6 +1712,22 @@ __device__ __forceinline__ void f4_tile_mma(float (&acc)[NT / 2], Smem& s, const
 }
 #endif
 
+// GEMM1's accumulators as they leave the k loop, for kmoe_act_requant:
+// ug[row][f] = {up, gate} of feature f (this thread's) for the tile's
+// tokens 8s + 2t + h below count (acc[s][h] up, acc[s][2 + h] gate, as
+// act_requant_store reads them).
+template <int NS>
+__device__ __forceinline__ void store_up_gate(const float (&acc)[NS][4], int count, int t, float* ug, int row0, int n,
+                                              int f) {
+#pragma unroll
+    for (int s = 0; s < NS; s++) {
+        for (int h = 0; h < 2; h++) {
+            int tok = s * 8 + 2 * t + h;
+            if (tok < count) *(float2*)&ug[2 * ((u64)(row0 + tok) * n + f)] = make_float2(acc[s][h], acc[s][2 + h]);
+        }
+    }
+}
+
 // GEMM1 with the activation and MXFP8 requantization: CTA x takes
 // intermediate features [64x, 64x + 64), warpgroup h the 32 of
 // [64x + 32h, +32) (their up and gate rows: f4Row31), so warp w's
@@ -1740,6 +1752,11 @@ __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
     float acc[NT / 2];
     u64 group = (u64)tl.expert * (a.n / 32) + blockIdx.x * 2 + (threadIdx.x >> 7); // this warpgroup's 64 rows
     f4_tile_mma<NT, SYNC, FIT>(acc, s, a.xbf, a.k, a.w, a.ws, group, InputWait{nullptr, 0, 0}, tl.count); // waited above
+    if (a.ug != nullptr) { // the activation and requantization in kmoe_act_requant
+        store_up_gate<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), tl.count, lane & 3, a.ug, tl.row0, a.n,
+                              blockIdx.x * 64 + warp * 8 + (lane >> 2));
+        return;
+    }
     const float* p = a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE;
     act_requant_store<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), (tl.count + 7) / 8, tl.count, s_amax, warp,
                               (warp >> 2) * 4, p, a.kind, a.chain, a.recipe, lane >> 2, lane & 3, nullptr, nullptr,
@@ -1810,6 +1827,54 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_BLOCKS_T16) 
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_BLOCKS_T8) kmoe_f4s_gemm2_t8(const F4Gemm2Args a) { f4_gemm2<8, KMOE_F4S_AHEAD_T8>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_BLOCKS_T16) kmoe_f4s_gemm2_t16(const F4Gemm2Args a) { f4_gemm2<16, KMOE_F4S_AHEAD_T16>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_DEEP2_BLOCKS) kmoe_f4s_gemm2_t8_deep(const F4Gemm2Args a) { f4_gemm2<8, KMOE_F4S_DEEP2_AHEAD>(a); }
+
+// The GEMM1 epilogue as a kernel of its own (the wgmma-fp4 path where
+// f4ActKernel in gpu.go takes it): GEMM1 stores each routed row's up and
+// gate in float32 (store_up_gate), and here one warp a 32-feature block of
+// a row applies the activation and the MXFP8 requantization and writes the
+// BF16 intermediate: act_requant_store's functions in its order, so the
+// same bits. In GEMM1 the epilogue holds the CTA's SM slot while its
+// exact activation chains run, two CTAs an SM; measured at M=128 (docs/
+// PERF.md f30), GEMM1 takes 51 us less without it and this kernel 35 us.
+// rows: offset[e_local] of the routing.
+template <int KIND>
+__device__ __forceinline__ void act_requant_rows(const ActRequantArgs& a, int rows) {
+    const int nb = a.n / 32, lane = threadIdx.x & 31;
+    const bool chain_fi = a.chain == KMOE_CHAIN_FLASHINFER;
+    const int rcp = chain_fi ? KMOE_RECIPE_RCEIL : a.recipe;
+    const u64 total = (u64)rows * nb, nwarps = (u64)gridDim.x * (blockDim.x >> 5);
+    for (u64 b = (u64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); b < total; b += nwarps) {
+        int row = (int)(b / nb), e = 0;
+        u64 i = b * 32 + lane; // = row n + 32 (b % nb) + lane
+        float2 v = ((const float2*)a.ug)[i];
+        if (a.n_params != 1) { // the row's expert: offset[e] <= row < offset[e + 1]
+            int hi = a.e_local - 1;
+            while (e < hi) {
+                int mid = (e + hi + 1) >> 1;
+                if (a.offset[mid] <= row) e = mid;
+                else hi = mid - 1;
+            }
+        }
+        float up = v.x, gate = v.y;
+        if (chain_fi) {
+            up = round_bf16(up);
+            gate = round_bf16(gate);
+        }
+        float act = gated_act(KIND >= 0 ? KIND : a.kind, a.params + e * KMOE_PARAM_STRIDE, gate, up);
+        if (chain_fi) act = round_bf16(act);
+        u32 sc;
+        u32 code = warp_quantize_e4m3(act, rcp, &sc);
+        ((u16*)a.aqbf)[i] = (u16)mxfp8_bf16(code, e8m0_to_float(sc));
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_act_requant(const ActRequantArgs a) {
+    pdl_wait();    // GEMM1's up and gate
+    pdl_trigger(); // GEMM2's CTAs may take SMs as this kernel's leave them; they wait for all of it
+    int rows = a.offset[a.e_local];
+    if (a.kind == KMOE_ACT_SITU) act_requant_rows<KMOE_ACT_SITU>(a, rows); // Kimi-K3's, as in GEMM1 (f26)
+    else act_requant_rows<-1>(a, rows);
+}
 
 // ------------------------------------------------------ the decode path --
 //
