@@ -393,12 +393,16 @@ const (
 const f4FitMaxMDefault = 512
 
 // f4ActMinMDefault and f4ActMaxMDefault bound the token counts whose GEMM1
-// epilogue runs as a kernel of its own (kmoe_act_requant), abiActCTAsSM
-// CTAs an SM, each warp going over the routed rows' 32-feature blocks.
+// epilogue runs as a kernel of its own (kmoe_act_requant; measured on the
+// H200, docs/PERF.md f30: 4.5% faster at M=128, 0.3-2% from 256 to 2048,
+// even at 4096, slower at 96 and below). Its grid: at most actCTAsSM CTAs
+// an SM, each warp going over the routed rows' 32-feature blocks (four an
+// SM with four blocks a warp at a time was slower). Its input, GEMM1's
+// up and gate in float32, takes 8 bytes a routing entry and feature.
 const (
 	f4ActMinMDefault = 97
 	f4ActMaxMDefault = 2048
-	abiActCTAsSM     = 8
+	actCTAsSM        = 8
 )
 
 // f4Stages are the token chunks staged at once per tile size: deeper for

@@ -1205,7 +1205,7 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 		}
 		steps = append(steps, step{"act_requant", func() error {
 			warps := entries * w.N / 32 // an upper bound of the routed rows' blocks
-			return launch([3]int{min((warps+abiThreads/32-1)/(abiThreads/32), abiActCTAsSM*l.b.sms), 1, 1}, abiThreads, 0, s,
+			return launch([3]int{min((warps+abiThreads/32-1)/(abiThreads/32), actCTAsSM*l.b.sms), 1, 1}, abiThreads, 0, s,
 				&actRequantArgs{UG: ug, Offset: ws.offset, Params: l.params, AQBF: ws.aqbf, N: i32(w.N), ELocal: i32(w.E),
 					Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
 		}})
