@@ -102,3 +102,25 @@ func TestF4SyncTiles(t *testing.T) {
 		t.Error("KIMIMOE_FP4_SYNC=0 left tile 8 on the mma.sync loop")
 	}
 }
+
+// The activation kernel's default range (f30) starts at the first M of
+// the 64-token tiles, where it was measured to pay (M=96, on 32-token
+// tiles, was slower with it), and stops at 2048 (even at 4096).
+func TestF4ActKernelRange(t *testing.T) {
+	l := &Layer{f4ActMinM: f4ActMinMDefault, f4ActMaxM: f4ActMaxMDefault}
+	first := 1
+	for f4TileTokens(first) < 64 {
+		first++
+	}
+	if f4ActMinMDefault != first {
+		t.Errorf("the activation kernel starts at M=%d, the 64-token tiles at %d", f4ActMinMDefault, first)
+	}
+	for m, want := range map[int]bool{1: false, 32: false, 96: false, 97: true, 128: true, 2048: true, 2049: false, 8192: false} {
+		if got := l.f4ActKernel(m); got != want {
+			t.Errorf("M=%d: activation kernel %v, want %v", m, got, want)
+		}
+	}
+	if (&Layer{f4ActMinM: 1}).f4ActKernel(128) {
+		t.Error("KIMIMOE_FP4_ACT_MAX_M=0 left M=128 on the activation kernel")
+	}
+}
