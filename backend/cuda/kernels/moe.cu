@@ -1837,34 +1837,55 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_DEEP2_BLOCKS
 // exact activation chains run, two CTAs an SM; measured at M=128 (docs/
 // PERF.md f30), GEMM1 takes 51 us less without it and this kernel 35 us.
 // rows: offset[e_local] of the routing.
+// One 32-feature block b (row b / nb) of the routed rows, this lane's
+// element, from its up and gate v.
+template <int KIND>
+__device__ __forceinline__ void act_requant_block(const ActRequantArgs& a, u32 b, u32 nb, float2 v, bool chain_fi,
+                                                  int rcp, int lane) {
+    int e = 0;
+    if (a.n_params != 1) { // the row's expert: offset[e] <= row < offset[e + 1]
+        int row = (int)(b / nb), hi = a.e_local - 1;
+        while (e < hi) {
+            int mid = (e + hi + 1) >> 1;
+            if (a.offset[mid] <= row) e = mid;
+            else hi = mid - 1;
+        }
+    }
+    float up = v.x, gate = v.y;
+    if (chain_fi) {
+        up = round_bf16(up);
+        gate = round_bf16(gate);
+    }
+    float act = gated_act(KIND >= 0 ? KIND : a.kind, a.params + e * KMOE_PARAM_STRIDE, gate, up);
+    if (chain_fi) act = round_bf16(act);
+    u32 sc;
+    u32 code = warp_quantize_e4m3(act, rcp, &sc);
+    ((u16*)a.aqbf)[(u64)b * 32 + lane] = (u16)mxfp8_bf16(code, e8m0_to_float(sc)); // element row n + 32 (b % nb) + lane
+}
+
+#ifndef ACT_ILP
+#define ACT_ILP 1
+#endif
+// Each warp takes blocks warp, warp + nwarps, ..., ACT_ILP at a time (their
+// loads first), in 32-bit arithmetic: at most 2^32 blocks (the host's
+// bound is entries x N / 32). Measured on the H200 (docs/PERF.md f31):
+// with the index in 64 bits (a 64-bit division for the row) the kernel
+// took 9% longer; ACT_ILP 2 (a compile-time define) gave nothing more.
 template <int KIND>
 __device__ __forceinline__ void act_requant_rows(const ActRequantArgs& a, int rows) {
-    const int nb = a.n / 32, lane = threadIdx.x & 31;
+    const u32 nb = (u32)a.n / 32, total = (u32)rows * nb, nwarps = gridDim.x * (blockDim.x >> 5);
+    const int lane = threadIdx.x & 31;
     const bool chain_fi = a.chain == KMOE_CHAIN_FLASHINFER;
     const int rcp = chain_fi ? KMOE_RECIPE_RCEIL : a.recipe;
-    const u64 total = (u64)rows * nb, nwarps = (u64)gridDim.x * (blockDim.x >> 5);
-    for (u64 b = (u64)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); b < total; b += nwarps) {
-        int row = (int)(b / nb), e = 0;
-        u64 i = b * 32 + lane; // = row n + 32 (b % nb) + lane
-        float2 v = ((const float2*)a.ug)[i];
-        if (a.n_params != 1) { // the row's expert: offset[e] <= row < offset[e + 1]
-            int hi = a.e_local - 1;
-            while (e < hi) {
-                int mid = (e + hi + 1) >> 1;
-                if (a.offset[mid] <= row) e = mid;
-                else hi = mid - 1;
-            }
-        }
-        float up = v.x, gate = v.y;
-        if (chain_fi) {
-            up = round_bf16(up);
-            gate = round_bf16(gate);
-        }
-        float act = gated_act(KIND >= 0 ? KIND : a.kind, a.params + e * KMOE_PARAM_STRIDE, gate, up);
-        if (chain_fi) act = round_bf16(act);
-        u32 sc;
-        u32 code = warp_quantize_e4m3(act, rcp, &sc);
-        ((u16*)a.aqbf)[i] = (u16)mxfp8_bf16(code, e8m0_to_float(sc));
+    const float2* ug = (const float2*)a.ug;
+    for (u32 b = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); b < total; b += ACT_ILP * nwarps) {
+        float2 v[ACT_ILP];
+#pragma unroll
+        for (int u = 0; u < ACT_ILP; u++)
+            if (b + u * nwarps < total) v[u] = ug[(u64)(b + u * nwarps) * 32 + lane];
+#pragma unroll
+        for (int u = 0; u < ACT_ILP; u++)
+            if (b + u * nwarps < total) act_requant_block<KIND>(a, b + u * nwarps, nb, v[u], chain_fi, rcp, lane);
     }
 }
 
