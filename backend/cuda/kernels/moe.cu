@@ -1835,8 +1835,8 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_DEEP2_BLOCKS
 // BF16 intermediate: act_requant_store's functions in its order, so the
 // same bits. In GEMM1 the epilogue holds the CTA's SM slot while its
 // exact activation chains run, two CTAs an SM; measured at M=128 (docs/
-// PERF.md f30), GEMM1 takes 51 us less without it and this kernel 35 us.
-// rows: offset[e_local] of the routing.
+// PERF.md f30), GEMM1 takes 51 us less without it and this kernel 35 us
+// (31 since f31).
 // One 32-feature block b (row b / nb) of the routed rows, this lane's
 // element, from its up and gate v.
 template <int KIND>
@@ -1871,6 +1871,7 @@ __device__ __forceinline__ void act_requant_block(const ActRequantArgs& a, u32 b
 // bound is entries x N / 32). Measured on the H200 (docs/PERF.md f31):
 // with the index in 64 bits (a 64-bit division for the row) the kernel
 // took 9% longer; ACT_ILP 2 (a compile-time define) gave nothing more.
+// rows: offset[e_local] of the routing.
 template <int KIND>
 __device__ __forceinline__ void act_requant_rows(const ActRequantArgs& a, int rows) {
     const u32 nb = (u32)a.n / 32, total = (u32)rows * nb, nwarps = gridDim.x * (blockDim.x >> 5);
