@@ -671,6 +671,20 @@ __device__ __forceinline__ u32 bf16_bits(float v) {
 // such x off the BF16 paths).
 __device__ __forceinline__ u32 mxfp8_bf16(u32 code, float sf) { return bf16_bits(__fmul_rn(e4m3_to_float(code), sf)); }
 
+// The activation of one up and gate on a chain: the flashinfer chain
+// rounds both inputs and the result to BF16. KIND: the kind fixed at
+// compile time, or -1 for kind. GEMM1's epilogue and kmoe_act_requant.
+template <int KIND>
+__device__ __forceinline__ float chain_act(int kind, const float* p, float gate, float up, bool chain_fi) {
+    if (chain_fi) {
+        up = round_bf16(up);
+        gate = round_bf16(gate);
+    }
+    float act = gated_act(KIND >= 0 ? KIND : kind, p, gate, up);
+    if (chain_fi) act = round_bf16(act);
+    return act;
+}
+
 // The GEMM1 epilogue of both paths: the activation in registers, then
 // MXFP8 requantization of each 32-feature block, which four warps (warps
 // bw0 .. bw0+3 of the CTA, 8 features each) share through s_amax. acc[s]
@@ -694,13 +708,7 @@ __device__ __forceinline__ void act_requant_store_k(const float (&acc)[NS][4], i
     for (int s = 0; s < NS; s++) {
         if (s >= nsub) break;
         for (int h = 0; h < 2; h++) {
-            float up = acc[s][h], gate = acc[s][2 + h];
-            if (chain_fi) {
-                up = round_bf16(up);
-                gate = round_bf16(gate);
-            }
-            float act = gated_act(KIND >= 0 ? KIND : kind, p, gate, up);
-            if (chain_fi) act = round_bf16(act);
+            float act = chain_act<KIND>(kind, p, acc[s][2 + h], acc[s][h], chain_fi);
             v[s][h] = act;
             // amax over this warp's 8 features (lanes with equal t), NaN as all-ones.
             u32 bits = __float_as_uint(act) & 0x7FFFFFFFu;
@@ -1851,27 +1859,18 @@ __device__ __forceinline__ void act_requant_block(const ActRequantArgs& a, u32 b
             else hi = mid - 1;
         }
     }
-    float up = v.x, gate = v.y;
-    if (chain_fi) {
-        up = round_bf16(up);
-        gate = round_bf16(gate);
-    }
-    float act = gated_act(KIND >= 0 ? KIND : a.kind, a.params + e * KMOE_PARAM_STRIDE, gate, up);
-    if (chain_fi) act = round_bf16(act);
+    float act = chain_act<KIND>(a.kind, a.params + e * KMOE_PARAM_STRIDE, v.y, v.x, chain_fi);
     u32 sc;
     u32 code = warp_quantize_e4m3(act, rcp, &sc);
     ((u16*)a.aqbf)[(u64)b * 32 + lane] = (u16)mxfp8_bf16(code, e8m0_to_float(sc)); // element row n + 32 (b % nb) + lane
 }
 
-#ifndef ACT_ILP
-#define ACT_ILP 1
-#endif
-// Each warp takes blocks warp, warp + nwarps, ..., ACT_ILP at a time (their
-// loads first), in 32-bit arithmetic: at most 2^32 blocks (the host's
-// bound is entries x N / 32). Measured on the H200 (docs/PERF.md f31):
-// with the index in 64 bits (a 64-bit division for the row) the kernel
-// took 9% longer; ACT_ILP 2 (a compile-time define) gave nothing more.
-// rows: offset[e_local] of the routing.
+// Each warp takes blocks warp, warp + nwarps, ... in 32-bit arithmetic:
+// at most 2^32 blocks (the host's bound is entries x N / 32). Measured on
+// the H200 (docs/PERF.md f31): with the index in 64 bits (a 64-bit
+// division for the row) the kernel took 9% longer; two blocks a warp at a
+// time, their loads first, gave nothing more. rows: offset[e_local] of
+// the routing.
 template <int KIND>
 __device__ __forceinline__ void act_requant_rows(const ActRequantArgs& a, int rows) {
     const u32 nb = (u32)a.n / 32, total = (u32)rows * nb, nwarps = gridDim.x * (blockDim.x >> 5);
@@ -1879,15 +1878,8 @@ __device__ __forceinline__ void act_requant_rows(const ActRequantArgs& a, int ro
     const bool chain_fi = a.chain == KMOE_CHAIN_FLASHINFER;
     const int rcp = chain_fi ? KMOE_RECIPE_RCEIL : a.recipe;
     const float2* ug = (const float2*)a.ug;
-    for (u32 b = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); b < total; b += ACT_ILP * nwarps) {
-        float2 v[ACT_ILP];
-#pragma unroll
-        for (int u = 0; u < ACT_ILP; u++)
-            if (b + u * nwarps < total) v[u] = ug[(u64)(b + u * nwarps) * 32 + lane];
-#pragma unroll
-        for (int u = 0; u < ACT_ILP; u++)
-            if (b + u * nwarps < total) act_requant_block<KIND>(a, b + u * nwarps, nb, v[u], chain_fi, rcp, lane);
-    }
+    for (u32 b = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); b < total; b += nwarps)
+        act_requant_block<KIND>(a, b, nb, ug[(u64)b * 32 + lane], chain_fi, rcp, lane);
 }
 
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_act_requant(const ActRequantArgs a) {
