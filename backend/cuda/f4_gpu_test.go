@@ -275,12 +275,6 @@ func TestF4ActKernel(t *testing.T) {
 	comparePaths(t, o2, in, w2.K, [2]string{"GEMM1's epilogue", "the activation kernel"}, fusedAndKernel(l2, in, 128))
 
 	set(l, true)
-	saved := b.k.actRequant
-	b.k.actRequant = kernel[actRequantArgs]{}
-	err = l.Forward(nanFilledOut(128*l.w.K), kimiInput(t, s, w, 128, 9798), nil)
-	b.k.actRequant = saved
-	if err == nil {
-		t.Fatal("M=128 ran without the activation kernel")
-	}
+	requireLaunched(t, l, kimiInput(t, s, w, 128, 9798), 128, &b.k.actRequant, "the activation kernel")
 	set(l, false)
 }

@@ -1083,14 +1083,12 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 	// GEMM2 waits for its tile's GEMM1 CTAs (tile_wait), not the whole
 	// grid, from f4TileReadyMinM tokens.
 	var ready devptr
-	nReady := 0                         // counts, one a tile, that the prologue zeroes
-	actKernel := f4 && l.f4ActKernel(m) // then GEMM2 waits for the activation kernel, all of it
+	nReady := 0 // counts, one a tile, that the prologue zeroes
+	// With the activation kernel (ws.ug, allocated exactly where
+	// f4ActKernel(m), set in GEMM1's arguments) GEMM2 waits for all of it.
+	actKernel := f4 && l.f4ActKernel(m)
 	if f4 && m >= f4TileReadyMinM && !l.noTileReady && !actKernel {
 		ready, nReady = ws.ready, maxTiles
-	}
-	var ug devptr
-	if actKernel {
-		ug = ws.ug
 	}
 	var gemm1, gemm2 func() error
 	switch {
@@ -1112,7 +1110,7 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 		gemm1 = func() error {
 			return launch1([3]int{w.N / abiF4RowsGemm1, maxTiles, 1}, abiThreads, smem, s,
 				&f4Gemm1Args{XBF: ws.xbf, W: l.f4W31, WS: l.f4W31S, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
-					Params: l.params, AQBF: ws.aqbf, Ready: ready, UG: ug, K: i32(w.K), N: i32(w.N), TopK: i32(topk), ELocal: i32(w.E),
+					Params: l.params, AQBF: ws.aqbf, Ready: ready, UG: ws.ug, K: i32(w.K), N: i32(w.N), TopK: i32(topk), ELocal: i32(w.E),
 					Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
 		}
 		gemm2 = func() error {
@@ -1206,7 +1204,7 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 		steps = append(steps, step{"act_requant", func() error {
 			warps := entries * w.N / 32 // an upper bound of the routed rows' blocks
 			return launch([3]int{min((warps+abiThreads/32-1)/(abiThreads/32), actCTAsSM*l.b.sms), 1, 1}, abiThreads, 0, s,
-				&actRequantArgs{UG: ug, Offset: ws.offset, Params: l.params, AQBF: ws.aqbf, N: i32(w.N), ELocal: i32(w.E),
+				&actRequantArgs{UG: ws.ug, Offset: ws.offset, Params: l.params, AQBF: ws.aqbf, N: i32(w.N), ELocal: i32(w.E),
 					Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
 		}})
 	}

@@ -414,13 +414,14 @@ func setLayer(t *testing.T, l *Layer, set func()) {
 	}
 }
 
-// requireLaunched shows that the m-token forward of in launches one of
-// the GEMM1 kernels in *k at all: with *k emptied (no function to
-// launch), the forward fails.
-func requireLaunched(t *testing.T, l *Layer, in *moe.Input, m int, k *map[int]kernel[f4Gemm1Args], what string) {
+// requireLaunched shows that the m-token forward of in launches the
+// kernel *k (a kernel, or a map of them by tile) at all: with *k its zero
+// value (no function to launch), the forward fails.
+func requireLaunched[K any](t *testing.T, l *Layer, in *moe.Input, m int, k *K, what string) {
 	t.Helper()
 	saved := *k
-	*k = nil
+	var none K
+	*k = none
 	err := l.Forward(nanFilledOut(m*l.w.K), in, nil)
 	*k = saved
 	if err == nil {
