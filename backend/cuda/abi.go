@@ -451,6 +451,15 @@ var f4sDeep2 = struct{ ahead, blocks int }{8, 2}
 
 const f4sDeepMaxM = 1
 
+// maxTiles bounds the token tiles of tt tokens that entries routing
+// entries can make over e experts, the rows of the grouped GEMMs' grids
+// (a CTA row past the routing's last tile exits at once): the experts
+// touched, T <= min(e, entries), make sum ceil(c / tt) <= floor((entries
+// + T (tt - 1)) / tt) tiles, each ceil adding at most (tt - 1) / tt. No
+// routing makes more, and one reaches it: T - 1 experts with one entry
+// and the rest on the last (TestMaxTiles).
+func maxTiles(entries, e, tt int) int { return (entries + min(e, entries)*(tt-1)) / tt }
+
 // f4TileReadyMinM is the fewest tokens whose wgmma-fp4 GEMM2 waits for
 // its own tile's GEMM1 CTAs (tile_wait in kernels/moe.cu) instead of for
 // the whole GEMM1 grid. Measured on the H200 (docs/PERF.md f18), two

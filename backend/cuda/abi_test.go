@@ -98,3 +98,31 @@ func TestABIStructs(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// maxTiles is the most token tiles any routing of the entries can make:
+// never below the largest sum of ceil(count / tt) over experts (or a CTA
+// row would miss a tile), and reached by some routing (so the grid holds
+// no row that no routing fills), by a search over every split of the
+// entries among the experts, for small counts.
+func TestMaxTiles(t *testing.T) {
+	for _, tt := range []int{1, 2, 3, 8, 16} {
+		for e := 1; e <= 8; e++ {
+			// best[n] = the most tiles n entries make over the experts so far.
+			best := make([]int, 41)
+			for range e {
+				next := make([]int, len(best))
+				for n := range best {
+					for c := 0; c <= n; c++ {
+						next[n] = max(next[n], best[n-c]+(c+tt-1)/tt)
+					}
+				}
+				best = next
+			}
+			for n := 1; n < len(best); n++ {
+				if got := maxTiles(n, e, tt); got != best[n] {
+					t.Errorf("maxTiles(%d entries, %d experts, tile %d) = %d, the most a routing makes is %d", n, e, tt, got, best[n])
+				}
+			}
+		}
+	}
+}

@@ -1079,7 +1079,7 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 			tt = l.f4Tokens
 		}
 	}
-	maxTiles := (entries+tt-1)/tt + w.E
+	maxTiles := maxTiles(entries, w.E, tt)
 	// GEMM2 waits for its tile's GEMM1 CTAs (tile_wait), not the whole
 	// grid, from f4TileReadyMinM tokens.
 	var ready devptr
