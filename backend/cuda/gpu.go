@@ -1079,7 +1079,7 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 			tt = l.f4Tokens
 		}
 	}
-	maxTiles := maxTiles(entries, w.E, tt)
+	tiles := maxTiles(entries, w.E, tt) // grid rows: the most tiles any routing makes
 	// GEMM2 waits for its tile's GEMM1 CTAs (tile_wait), not the whole
 	// grid, from f4TileReadyMinM tokens.
 	var ready devptr
@@ -1088,7 +1088,7 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 	// f4ActKernel(m), set in GEMM1's arguments) GEMM2 waits for all of it.
 	actKernel := f4 && l.f4ActKernel(m)
 	if f4 && m >= f4TileReadyMinM && !l.noTileReady && !actKernel {
-		ready, nReady = ws.ready, maxTiles
+		ready, nReady = ws.ready, tiles
 	}
 	var gemm1, gemm2 func() error
 	switch {
@@ -1108,38 +1108,38 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 			launch1, launch2 = g1.launchWith, g2.launchWith
 		}
 		gemm1 = func() error {
-			return launch1([3]int{w.N / abiF4RowsGemm1, maxTiles, 1}, abiThreads, smem, s,
+			return launch1([3]int{w.N / abiF4RowsGemm1, tiles, 1}, abiThreads, smem, s,
 				&f4Gemm1Args{XBF: ws.xbf, W: l.f4W31, WS: l.f4W31S, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
 					Params: l.params, AQBF: ws.aqbf, Ready: ready, UG: ws.ug, K: i32(w.K), N: i32(w.N), TopK: i32(topk), ELocal: i32(w.E),
 					Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
 		}
 		gemm2 = func() error {
-			return launch2([3]int{w.K / abiF4RowsGemm2, maxTiles, 1}, abiThreads, smem, s,
+			return launch2([3]int{w.K / abiF4RowsGemm2, tiles, 1}, abiThreads, smem, s,
 				&f4Gemm2Args{AQBF: ws.aqbf, W: l.f4W2, WS: l.f4W2S, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
 					Ready: ready, N: i32(w.N), K: i32(w.K), ELocal: i32(w.E), ReadyTarget: i32(w.N / abiF4RowsGemm1)})
 		}
 	case wg:
 		bn1, bn2 := l.wgRows1, l.wgRows2
 		gemm1 = func() error {
-			return k.wgGemm1[bn1].launchWith([3]int{w.N / (bn1 / 2), maxTiles, 1}, abiThreads, wgSmem(bn1), s,
+			return k.wgGemm1[bn1].launchWith([3]int{w.N / (bn1 / 2), tiles, 1}, abiThreads, wgSmem(bn1), s,
 				&wgGemm1Args{XBF: ws.xbf, W: l.wgW31, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
 					Params: l.params, AQBF: ws.aqbf, K: i32(w.K), N: i32(w.N), TopK: i32(topk), ELocal: i32(w.E),
 					Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
 		}
 		gemm2 = func() error {
-			return k.wgGemm2[bn2].launchWith([3]int{w.K / bn2, maxTiles, 1}, abiThreads, wgSmem(bn2), s,
+			return k.wgGemm2[bn2].launchWith([3]int{w.K / bn2, tiles, 1}, abiThreads, wgSmem(bn2), s,
 				&wgGemm2Args{AQBF: ws.aqbf, W: l.wgW2, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
 					N: i32(w.N), K: i32(w.K), ELocal: i32(w.E)})
 		}
 	default: // the mma.sync GEMMs
 		gemm1 = func() error {
-			return k.gemm1[tt].launch([3]int{w.N / abiGemm1Features, maxTiles, 1}, s,
+			return k.gemm1[tt].launch([3]int{w.N / abiGemm1Features, tiles, 1}, s,
 				&gemm1Args{XQ: ws.xq, XS: ws.xs, W31: l.w31, W31S: l.w31s, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
 					Params: l.params, AQ: ws.aq, AQS: ws.aqs, K: i32(w.K), N: i32(w.N), TopK: i32(topk), ELocal: i32(w.E),
 					Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
 		}
 		gemm2 = func() error {
-			return k.gemm2[tt].launch([3]int{w.K / abiGemm2Rows, maxTiles, 1}, s,
+			return k.gemm2[tt].launch([3]int{w.K / abiGemm2Rows, tiles, 1}, s,
 				&gemm2Args{AQ: ws.aq, AQS: ws.aqs, W2: l.w2, W2S: l.w2s, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
 					N: i32(w.N), K: i32(w.K), ELocal: i32(w.E)})
 		}
