@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 
@@ -53,3 +54,7 @@ func parseFlushMode(env string) (flushMode, error) {
 	}
 	return flushRead, fmt.Errorf("%w: KIMIMOE_BENCH_FLUSH=%q is not read, write or 0", backend.ErrUnsupported, env)
 }
+
+// timingFlushMode is the flush $KIMIMOE_BENCH_FLUSH picks, read at each
+// call (a test or a bench run may change it between timings).
+func timingFlushMode() (flushMode, error) { return parseFlushMode(os.Getenv("KIMIMOE_BENCH_FLUSH")) }

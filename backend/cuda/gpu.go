@@ -1388,7 +1388,7 @@ func (l *Layer) TimeForward(m int, graph bool) (ms float64, err error) {
 // TimingMethod says how TimeForward times (the flush KIMIMOE_BENCH_FLUSH
 // picks), for kimimoe bench's output and JSON; an error for a bad value.
 func (l *Layer) TimingMethod() (string, error) {
-	mode, err := parseFlushMode(os.Getenv("KIMIMOE_BENCH_FLUSH"))
+	mode, err := timingFlushMode()
 	return mode.String(), err
 }
 
@@ -1413,7 +1413,7 @@ const timingFlushBytes = 256 << 20
 // 2026-12-01), to measure the differences (parseFlushMode). Called under
 // b.mu with the context current.
 func (b *Backend) flushL2() error {
-	mode, err := parseFlushMode(os.Getenv("KIMIMOE_BENCH_FLUSH"))
+	mode, err := timingFlushMode()
 	if err != nil || mode == flushNone {
 		return err
 	}
