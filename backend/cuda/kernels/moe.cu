@@ -392,12 +392,15 @@ __device__ void route_cta(const int* __restrict__ ids, int n, int rank, int eloc
     }
 }
 
-// Find the expert of token tile j: tile_base[e] <= j < tile_base[e+1].
-__device__ __forceinline__ int tile_expert(const int* tile_base, int elocal, int j) {
+// The expert whose range base[e] .. base[e + 1] - 1 holds j: of token
+// tile j with base tile_base, of routed row j with base offset. The last
+// e with base[e] <= j, so an empty expert (its base equal to the next
+// one's) is passed over.
+__device__ __forceinline__ int expert_of(const int* base, int elocal, int j) {
     int lo = 0, hi = elocal - 1;
-    while (lo < hi) { // last e with tile_base[e] <= j
+    while (lo < hi) {
         int mid = (lo + hi + 1) >> 1;
-        if (tile_base[mid] <= j) lo = mid; else hi = mid - 1;
+        if (base[mid] <= j) lo = mid; else hi = mid - 1;
     }
     return lo;
 }
@@ -508,7 +511,7 @@ struct Tile {
 template <int TT>
 __device__ __forceinline__ bool find_tile(const int* offset, const int* tile_base, int elocal, int j, Tile* t) {
     if (j >= tile_base[elocal]) return false;
-    int e = tile_expert(tile_base, elocal, j);
+    int e = expert_of(tile_base, elocal, j);
     t->expert = e;
     t->row0 = offset[e] + (j - tile_base[e]) * TT;
     t->count = imin(TT, offset[e + 1] - t->row0);
@@ -1851,14 +1854,7 @@ template <int KIND>
 __device__ __forceinline__ void act_requant_block(const ActRequantArgs& a, u32 b, u32 nb, float2 v, bool chain_fi,
                                                   int rcp, int lane) {
     int e = 0;
-    if (a.n_params != 1) { // the row's expert: offset[e] <= row < offset[e + 1]
-        int row = (int)(b / nb), hi = a.e_local - 1;
-        while (e < hi) {
-            int mid = (e + hi + 1) >> 1;
-            if (a.offset[mid] <= row) e = mid;
-            else hi = mid - 1;
-        }
-    }
+    if (a.n_params != 1) e = expert_of(a.offset, a.e_local, (int)(b / nb)); // the row's parameters
     float act = chain_act<KIND>(a.kind, a.params + e * KMOE_PARAM_STRIDE, v.y, v.x, chain_fi);
     u32 sc;
     u32 code = warp_quantize_e4m3(act, rcp, &sc);
