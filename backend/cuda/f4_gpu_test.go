@@ -22,9 +22,7 @@ import (
 // different scales and the other block's scale bytes are 0xFF, so a
 // multiplier taken from the wrong row, block or half shows.
 func TestF4WidenExhaustive(t *testing.T) {
-	bk := openOrSkip(t)
-	b := bk.(*Backend)
-	defer b.Close()
+	b := openCUDAOrSkip(t)
 	// Word i of scale s: register j, half h holds code (i + 3j + 7h) % 16,
 	// so over i = 0..15 every code meets every field. Row r0 (registers 0
 	// and 2) has scale s, row r1 (1 and 3) r1Scale(s), in block i & 1 of the

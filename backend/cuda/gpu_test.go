@@ -20,9 +20,7 @@ import (
 // frees nothing twice; Forward after Close and after the backend's Close
 // is ErrClosed, never a panic; Close after the backend's Close is nil.
 func TestLayerLifecycle(t *testing.T) {
-	bk := openOrSkip(t)
-	b := bk.(*Backend)
-	defer b.Close()
+	b := openCUDAOrSkip(t)
 	s := smallSpec("life")
 	l, w := prepare(t, b, &s, nil)
 	// Which path runs: wgmma-fp4 up to f4MaxMDefault tokens where it is
@@ -93,9 +91,7 @@ func TestLayerLifecycle(t *testing.T) {
 // against package mxfp's decoders (which the reference vectors check):
 // every byte must decode to its nibble's value, signed zeros included.
 func TestWiden4Exhaustive(t *testing.T) {
-	bk := openOrSkip(t)
-	b := bk.(*Backend)
-	defer b.Close()
+	b := openCUDAOrSkip(t)
 	out := runWordKernel(t, b, kTestWiden4, nil, 65536, func(p []devptr) *testWiden4Args { return &testWiden4Args{Out: p[0]} })
 	for v, got := range out {
 		for i := range 4 {
@@ -117,9 +113,7 @@ func TestWiden4Exhaustive(t *testing.T) {
 // with 2048 random bit patterns and the special values of x. A wrong
 // reciprocal exponent or sign shows at every power of two.
 func TestDivParam(t *testing.T) {
-	bk := openOrSkip(t)
-	b := bk.(*Backend)
-	defer b.Close()
+	b := openCUDAOrSkip(t)
 	var bs []uint32
 	for e := range uint32(256) {
 		bs = append(bs, e<<23, 0x80000000|e<<23)
@@ -166,10 +160,8 @@ func TestDivParam(t *testing.T) {
 // zeros the read flush relies on (its sink is written only for a nonzero
 // fold) and is freed by Close.
 func TestTimingFlush(t *testing.T) {
-	bk := openOrSkip(t)
-	b := bk.(*Backend)
-	defer b.Close()
-	s := smallSpec("life")
+	b := openCUDAOrSkip(t)
+	s := smallSpec("timing")
 	l, w := prepare(t, b, &s, nil)
 	c, err := validation.GenerateCase(&s, w)
 	if err != nil {
@@ -328,15 +320,13 @@ func prepare(t *testing.T, b *Backend, s *validation.CaseSpec, w *moe.Weights) (
 // the test ends.
 func kimiSM90aLayer(t *testing.T, what string) (*Backend, *Layer, *validation.CaseSpec, *moe.Weights, *moe.Oracle) {
 	t.Helper()
-	bk := openOrSkip(t)
-	b := bk.(*Backend)
+	b := openCUDAOrSkip(t)
 	if b.arch != ArchSM90a {
-		b.Close()
 		t.Skipf("%s needs sm_90a; this device is %s", what, b.arch)
 	}
 	s := validation.KimiEP32Rank7(activation.Situ, moe.ChainMXFP8, mxfp.RecipeRCeil)
 	l, w := prepare(t, b, &s, nil)
-	t.Cleanup(func() { l.Close(); b.Close() })
+	t.Cleanup(func() { l.Close() }) // before the backend's (cleanups run last first)
 	o, err := moe.NewOracle(w, s.LayerSpec())
 	if err != nil {
 		t.Fatal(err)

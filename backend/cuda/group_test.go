@@ -56,8 +56,7 @@ func TestGroupConformance(t *testing.T) {
 // are the issue's: cosine >= 0.999999, NRMSE <= 1e-6. The two modes agree
 // bitwise where their partial outputs do (both add a + b).
 func TestGroupMatchesOneDevice(t *testing.T) {
-	one := openOrSkip(t).(*Backend)
-	defer one.Close()
+	one := openCUDAOrSkip(t)
 	groups := map[Mode]*Group{}
 	for _, mode := range []Mode{ModeReplicated, ModeDispatch} {
 		groups[mode] = openGroupOrSkip(t, mode)
