@@ -26,16 +26,6 @@ func openOrSkip(t *testing.T) backend.Backend {
 	return b
 }
 
-// openCUDAOrSkip is openOrSkip for tests that use the CUDA backend's own
-// methods: the *Backend, closed when the test ends (Close is idempotent,
-// so a test may also close it itself).
-func openCUDAOrSkip(t *testing.T) *Backend {
-	t.Helper()
-	b := openOrSkip(t).(*Backend)
-	t.Cleanup(func() { b.Close() })
-	return b
-}
-
 // TestConformance runs the shared conformance suite on the GPU.
 func TestConformance(t *testing.T) {
 	b := openOrSkip(t)

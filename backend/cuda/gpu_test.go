@@ -203,6 +203,16 @@ func TestTimingFlush(t *testing.T) {
 	}
 }
 
+// openCUDAOrSkip is openOrSkip for tests that use the CUDA backend's own
+// methods: the *Backend, closed when the test ends (Close is idempotent,
+// so a test may also close it itself).
+func openCUDAOrSkip(t *testing.T) *Backend {
+	t.Helper()
+	b := openOrSkip(t).(*Backend)
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
 func u32bytes(v []uint32) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v)) }
 
 // runWordKernel runs the test kernel spec over 32-bit words on b: each of
