@@ -674,16 +674,25 @@ __device__ __forceinline__ u32 bf16_bits(float v) {
 // such x off the BF16 paths).
 __device__ __forceinline__ u32 mxfp8_bf16(u32 code, float sf) { return bf16_bits(__fmul_rn(e4m3_to_float(code), sf)); }
 
+// gated_act, called rather than inlined: the wgmma GEMM1 evaluates it at
+// 64 unrolled sites, and inlined copies of every activation there made the
+// kernel miss the instruction cache (ncu: 5 of 11.7 cycles per issued
+// instruction waiting for an instruction fetch).
+__device__ __noinline__ float gated_act_call(int kind, const float* p, float g, float u) { return gated_act(kind, p, g, u); }
+
 // The activation of one up and gate on a chain: the flashinfer chain
 // rounds both inputs and the result to BF16. KIND: the kind fixed at
-// compile time, or -1 for kind. GEMM1's epilogue and kmoe_act_requant.
-template <int KIND>
+// compile time, or -1 for kind; CALL: through gated_act_call (kind).
+// Every GEMM1 epilogue and kmoe_act_requant.
+template <int KIND, bool CALL = false>
 __device__ __forceinline__ float chain_act(int kind, const float* p, float gate, float up, bool chain_fi) {
     if (chain_fi) {
         up = round_bf16(up);
         gate = round_bf16(gate);
     }
-    float act = gated_act(KIND >= 0 ? KIND : kind, p, gate, up);
+    float act;
+    if constexpr (CALL) act = gated_act_call(kind, p, gate, up);
+    else act = gated_act(KIND >= 0 ? KIND : kind, p, gate, up);
     if (chain_fi) act = round_bf16(act);
     return act;
 }
@@ -888,12 +897,6 @@ struct WgSmem {
 static_assert(sizeof(WgSmem<128>) + KMOE_SMEM_ALIGN == KMOE_WG_SMEM_128 && sizeof(WgSmem<256>) + KMOE_SMEM_ALIGN == KMOE_WG_SMEM_256,
               "the host's dynamic shared memory sizes (smem_1k's alignment included)");
 
-// gated_act, called rather than inlined: the wgmma GEMM1 evaluates it at
-// 64 unrolled sites, and inlined copies of every activation there made the
-// kernel miss the instruction cache (ncu: 5 of 11.7 cycles per issued
-// instruction waiting for an instruction fetch).
-__device__ __noinline__ float gated_act_call(int kind, const float* p, float g, float u) { return gated_act(kind, p, g, u); }
-
 // x as BF16: the MXFP8 values of x (quantized here from float32 with the
 // recipe, as kmoe_quantize_x does, or given as codes and scales), 32-block
 // b by one warp (lane: its lane).
@@ -1081,13 +1084,7 @@ __device__ __forceinline__ void wg_gemm1_act(const WgGemm1Args& a) {
 #pragma unroll
                 for (int b = 0; b < 2; b++) {
                     int i = 4 * (4 * bk + jj) + 2 * h + b;
-                    float up = acc[i], gate = acc[i + F / 2];
-                    if (chain_fi) {
-                        up = round_bf16(up);
-                        gate = round_bf16(gate);
-                    }
-                    float act = gated_act_call(a.kind, p, gate, up);
-                    if (chain_fi) act = round_bf16(act);
+                    float act = chain_act<-1, true>(a.kind, p, acc[i + F / 2], acc[i], chain_fi);
                     v[2 * jj + b] = act;
                     u32 bits = __float_as_uint(act) & 0x7FFFFFFFu;
                     if (bits > 0x7F800000u) nan = 1;
