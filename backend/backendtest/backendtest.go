@@ -84,7 +84,66 @@ func RunConformance(t *testing.T, b backend.Backend) {
 	if caps.PreQuantizedInput {
 		t.Run("mixed_input_forms", func(t *testing.T) { checkMixedInputForms(t, b) })
 	}
+	if slices.Contains(caps.Activations, activation.Swiglu) && slices.Contains(caps.Chains, moe.ChainFlashInfer) {
+		t.Run("nan_beside_finite", func(t *testing.T) { checkNaNBesideFinite(t, b) })
+	}
 	t.Run("bad_input", func(t *testing.T) { checkBadInput(t, b) })
+}
+
+// checkNaNBesideFinite: an intermediate block holding a NaN beside finite
+// values, whose amax skips the NaN alone (rceil, mxfp's rule and the
+// oracle's). Feature nanFeature's gate row of every expert is one weight,
+// -6 x 2^127 at k = 0, and every token's x[0] is 1, so its gate, -1.0e39,
+// is -Inf once the flashinfer chain rounds GEMM1 to BF16 (the oracle's
+// and every kernel's), and SwiGLU gives NaN there (-Inf x sigmoid(-Inf) =
+// -Inf x 0). (The mxfp8 chain's oracle keeps GEMM1 in float64, where that
+// gate is finite and SwiGLU gives 0: no NaN to compare.) Feature
+// nanFeature + 1, in the same group of eight features, has its up row
+// scaled by 2^4, so it holds the block's amax for every token. A kernel
+// that let the NaN hide its neighbours (the CUDA GEMM1 epilogue before
+// 2026-12-01 dropped the NaN's whole group of eight from the amax)
+// quantizes that block with too small a scale, and feature nanFeature + 1
+// saturates at 448 x scale.
+func checkNaNBesideFinite(t *testing.T, b backend.Backend) {
+	const nanFeature = 5
+	s := validation.CaseSpec{Name: "nan_beside_finite", M: 8, K: 256, N: 128, ELocal: 4, TopK: 2, Activation: activation.Swiglu,
+		Chain: moe.ChainFlashInfer, Recipe: mxfp.RecipeRCeil, Seed: 7, WeightSeed: 7}
+	c, err := validation.GenerateCase(&s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := c.Weights
+	for e := range w.E {
+		gate := e*2*w.N + w.N + nanFeature
+		codes := w.W31[gate*w.K/2 : (gate+1)*w.K/2]
+		clear(codes)
+		codes[0] = 0x0F // element 0 in the low nibble: E2M1 -6
+		w.W31Scale[gate*w.K/32] = 0xFE // 2^127
+		up := e*2*w.N + nanFeature + 1
+		for i := up * w.K / 32; i < (up+1)*w.K/32; i++ {
+			w.W31Scale[i] += 4
+		}
+	}
+	for tok := range c.Input.M {
+		c.Input.X[tok*w.K] = 1
+	}
+	want, err := c.OracleForward(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer, err := b.Prepare(w, c.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer layer.Close()
+	got := nanFilled(c.Input.M * w.K)
+	if err := layer.Forward(got, &c.Input, nil); err != nil {
+		t.Fatal(err)
+	}
+	m := validation.Compare(validation.Widen(got), want)
+	if m.Cosine < backend.MinCosine || !(m.NRMSE <= backend.MaxNRMSE) || m.NonFiniteMismatch > 0 {
+		t.Errorf("a NaN beside finite values in an intermediate block (rceil): %v", m)
+	}
 }
 
 // smallCase generates a small SiTU case on the backend's first chain.

@@ -722,11 +722,16 @@ __device__ __forceinline__ void act_requant_store_k(const float (&acc)[NS][4], i
         for (int h = 0; h < 2; h++) {
             float act = chain_act<KIND>(kind, p, acc[s][2 + h], acc[s][h], chain_fi);
             v[s][h] = act;
-            // amax over this warp's 8 features (lanes with equal t), NaN as all-ones.
+            // amax over this warp's 8 features (lanes with equal t), NaN
+            // skipped, with bit 31 set if any of them is NaN (no magnitude
+            // has it). Before 2026-12-01 a NaN made the whole 8's word
+            // all-ones, so rceil dropped their finite values from the
+            // block's amax (the oracle skips only the NaN itself).
             u32 bits = __float_as_uint(act) & 0x7FFFFFFFu;
-            u32 m = bits > 0x7F800000u ? 0xFFFFFFFFu : bits;
+            u32 m = bits > 0x7F800000u ? 0u : bits;
+            u32 nan8 = __ballot_sync(0xFFFFFFFFu, bits > 0x7F800000u) & (0x11111111u << t);
             for (int o = 4; o < 32; o <<= 1) m = umax(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
-            if (g == 0) s_amax[warp][s * 8 + 2 * t + h] = m;
+            if (g == 0) s_amax[warp][s * 8 + 2 * t + h] = m | (nan8 != 0u ? 0x80000000u : 0u);
         }
     }
     __syncthreads();
@@ -740,8 +745,8 @@ __device__ __forceinline__ void act_requant_store_k(const float (&acc)[NS][4], i
             bool anynan = false;
             for (int w8 = bw0; w8 < bw0 + 4; w8++) {
                 u32 m = s_amax[w8][tok];
-                if (m == 0xFFFFFFFFu) anynan = true;
-                else amax = umax(amax, m);
+                anynan |= (m >> 31) != 0u;
+                amax = umax(amax, m & 0x7FFFFFFFu);
             }
             u32 sc = block_scale_e4m3(amax, anynan, rcp);
             u32 code = e4m3_code(v[s][h], sc);
