@@ -395,13 +395,16 @@ const f4FitMaxMDefault = 512
 // f4ActMinMDefault and f4ActMaxMDefault bound the token counts whose GEMM1
 // epilogue runs as a kernel of its own (kmoe_act_requant; measured on the
 // H200, docs/PERF.md f30: 4.5% faster at M=128, 0.3-2% from 256 to 2048,
-// even at 4096, slower at 96 and below). Its grid: at most actCTAsSM CTAs
-// an SM, each warp going over the routed rows' 32-feature blocks (four an
-// SM with four blocks a warp at a time was slower). Its input, GEMM1's
-// up and gate in float32, takes 8 bytes a routing entry and feature.
+// even at 4096, slower at 96 and below; f36, the kernel at four features a
+// lane: M=4096 and 8192 4% faster with it than with GEMM1's epilogue).
+// Its grid: at most actCTAsSM CTAs an SM, each warp going over the routed
+// rows' 32-feature blocks four at a time. Its input, GEMM1's up and gate
+// in float32, takes 8 bytes a routing entry and feature (1.6 GB at M=8192
+// on the Kimi EP32 rank-7 shape): the upper bound keeps that workspace
+// bounded, GEMM1's epilogue taking larger M.
 const (
 	f4ActMinMDefault = 97
-	f4ActMaxMDefault = 2048
+	f4ActMaxMDefault = 8192
 	actCTAsSM        = 8
 )
 

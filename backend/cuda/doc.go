@@ -115,12 +115,15 @@
 // GEMM1's last wave; safe from deadlock because GEMM2 is launched only
 // once every GEMM1 CTA has started. The 16-token tile skips the MMAs of
 // its second 8-token group when the tile holds 8 tokens or fewer. From 97
-// to 2048 tokens (f4ActMinMDefault, f4ActMaxMDefault; measured: 4.5% at
-// M=128, about even at 4096, slower below 97) GEMM1 stores its float32
-// up and gate and kmoe_act_requant, launched between the GEMMs, applies
-// the activation and the MXFP8 requantization with the same functions in
-// the same order as GEMM1's epilogue (the same bits), one warp a
-// 32-feature block; GEMM2 then waits for all of it.
+// to 8192 tokens (f4ActMinMDefault, f4ActMaxMDefault; measured: 4.5% at
+// M=128, 4% at 4096 and 8192 since the kernel takes four features a
+// lane, slower below 97) GEMM1 stores its float32 up and gate and
+// kmoe_act_requant, launched between the GEMMs, applies the activation
+// and the MXFP8 requantization with the same functions in the same order
+// as GEMM1's epilogue (the same bits), four 32-feature blocks a warp;
+// GEMM2 then waits for all of it. (Above 8192 tokens GEMM1's epilogue
+// again: the float32 workspace, 8 bytes a routing entry and feature, is
+// 1.6 GB at 8192 on the Kimi shape.)
 // KIMIMOE_FP4_ACT_MIN_M and KIMIMOE_FP4_ACT_MAX_M move that range (MAX 0:
 // never), to measure.
 //

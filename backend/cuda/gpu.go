@@ -1154,7 +1154,7 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 	}}
 	if wg || f4 { // the BF16 GEMMs read x as BF16
 		xstep = step{"x_bf16", func() error {
-			return k.xBF16.launch([3]int{(nblocks*32 + abiThreads - 1) / abiThreads, 1, 1}, s,
+			return k.xBF16.launch([3]int{((nblocks+3)/4*32 + abiThreads - 1) / abiThreads, 1, 1}, s, // four blocks a warp
 				&xBF16Args{X: ws.x, Codes: ws.xq, Scales: ws.xs, Out: ws.xbf, NBlocks: i32(nblocks), Recipe: recipe, Form: form})
 		}}
 	}
@@ -1202,7 +1202,7 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 			launch = k.actRequant.launchWith
 		}
 		steps = append(steps, step{"act_requant", func() error {
-			warps := entries * w.N / 32 // an upper bound of the routed rows' blocks
+			warps := (entries*w.N/32 + 3) / 4 // the routed rows' blocks (an upper bound), four a warp at a time
 			return launch([3]int{min((warps+abiThreads/32-1)/(abiThreads/32), actCTAsSM*l.b.sms), 1, 1}, abiThreads, 0, s,
 				&actRequantArgs{UG: ws.ug, Offset: ws.offset, Params: l.params, AQBF: ws.aqbf, N: i32(w.N), ELocal: i32(w.E),
 					Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})

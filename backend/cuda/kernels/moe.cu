@@ -111,6 +111,28 @@ __device__ __forceinline__ u32 warp_quantize_e4m3(float v, int recipe, u32* scal
     return e4m3_code(v, s);
 }
 
+// The scale of a 32-block held four elements a lane by eight lanes (lanes
+// 8q .. 8q + 7 hold block q of the warp's four), and the BF16 bits of its
+// four MXFP8 values, element 2i in the low half of word i: the functions
+// and values of warp_quantize_e4m3 and mxfp8_bf16 (amax over the non-NaN
+// elements, the flag of any NaN), so the same bits, with three shuffles
+// and a vote for the lane's four elements where warp_quantize_e4m3 takes
+// five shuffles and a vote for one. Every lane of the warp calls it.
+__device__ __forceinline__ u32 block_scale_lanes8(const float (&v)[4], int recipe, int lane) {
+    u32 amax = 0;
+    bool nan = false;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        u32 a = __float_as_uint(v[i]) & 0x7FFFFFFFu;
+        if (a > 0x7F800000u) nan = true;
+        else amax = umax(amax, a);
+    }
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) amax = umax(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+    const bool block_nan = ((__ballot_sync(0xFFFFFFFFu, nan) >> (lane & 24)) & 0xFFu) != 0u;
+    return block_scale_e4m3(amax, block_nan, recipe);
+}
+
 __device__ __forceinline__ float round_bf16(float x) {
     u32 u = __float_as_uint(x);
     if ((u & 0x7FFFFFFFu) > 0x7F800000u) return __uint_as_float((u & 0x80000000u) | 0x7FC00000u);
@@ -263,36 +285,54 @@ __device__ __forceinline__ int local_expert(int id, int rank, int elocal) {
     return (l >= 0 && l < elocal) ? l : -1;
 }
 
+// The entries a thread takes at a time in kmoe_route_count and
+// kmoe_route_scatter (consecutive, in entry order): one CTA an expert reads
+// every entry, so each thread's loads were one at a time, each waited for,
+// and the scatter met three barriers a 256 entries; measured on the H200
+// (docs/PERF.md f36) at M=8192 (131072 entries) 0.19 and 0.32 ms before.
+#define ROUTE_PER 8
+
+// Whether entries i .. i + ROUTE_PER - 1 (those below n) are routed to
+// local expert e: bit q for entry i + q.
+__device__ __forceinline__ u32 route_mine(const int* __restrict__ ids, int i, int n, int rank, int elocal, int e) {
+    int id[ROUTE_PER];
+    if (i + ROUTE_PER <= n && (i & 3) == 0) {
+        const int4 lo = *(const int4*)&ids[i], hi = *(const int4*)&ids[i + 4];
+        id[0] = lo.x, id[1] = lo.y, id[2] = lo.z, id[3] = lo.w, id[4] = hi.x, id[5] = hi.y, id[6] = hi.z, id[7] = hi.w;
+    } else {
+#pragma unroll
+        for (int q = 0; q < ROUTE_PER; q++) id[q] = i + q < n ? ids[i + q] : -1;
+    }
+    u32 mine = 0;
+#pragma unroll
+    for (int q = 0; q < ROUTE_PER; q++) mine |= (u32)(i + q < n && local_expert(id[q], rank, elocal) == e) << q;
+    return mine;
+}
+
 // counts[e] = entries routed to local expert e. grid = E_local, block 256.
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_count(const RouteCountArgs a) {
-    const int* __restrict__ ids = a.ids;
-    int* __restrict__ counts = a.counts;
-    int nentries = a.n_entries, rank = a.rank, elocal = a.e_local;
     __shared__ int warpsum[KMOE_THREADS / 32];
     int e = blockIdx.x;
     int c = 0;
-    for (int i = threadIdx.x; i < nentries; i += blockDim.x) c += local_expert(ids[i], rank, elocal) == e;
+    for (int i = threadIdx.x * ROUTE_PER; i < a.n_entries; i += blockDim.x * ROUTE_PER)
+        c += __popc(route_mine(a.ids, i, a.n_entries, a.rank, a.e_local, e));
     for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xFFFFFFFFu, c, o);
     if ((threadIdx.x & 31) == 0) warpsum[threadIdx.x >> 5] = c;
     __syncthreads();
     if (threadIdx.x == 0) {
         int t = 0;
         for (int w = 0; w < (int)(blockDim.x >> 5); w++) t += warpsum[w];
-        counts[e] = t;
+        a.counts[e] = t;
     }
 }
 
 // Stable expert-sorted permutation: CTA e writes, in entry order, the
 // entries routed to expert e at rows offset[e]..; pos[entry] = row. Also
 // tile_base[e] = sum over e' < e of ceil(count/TT), and tile_base[E] and
-// offset[E] totals. grid = E_local, block 256 (8 warps).
+// offset[E] totals. grid = E_local, block 256 (8 warps), ROUTE_PER
+// consecutive entries a thread at a time.
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_scatter(const RouteScatterArgs a) {
-    const int* __restrict__ ids = a.ids;
     const int* __restrict__ counts = a.counts;
-    int* __restrict__ perm = a.perm;
-    int* __restrict__ pos = a.pos;
-    int* __restrict__ offset = a.offset;
-    int* __restrict__ tile_base = a.tile_base;
     int nentries = a.n_entries, rank = a.rank, elocal = a.e_local, tt = a.tt;
     __shared__ int s_off, s_run;
     __shared__ int warpcnt[KMOE_THREADS / 32];
@@ -303,30 +343,33 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_scatter(co
             off += counts[i];
             tb += (counts[i] + tt - 1) / tt;
         }
-        offset[e] = off;
-        tile_base[e] = tb;
+        a.offset[e] = off;
+        a.tile_base[e] = tb;
         if (e == elocal - 1) {
-            offset[elocal] = off + counts[e];
-            tile_base[elocal] = tb + (counts[e] + tt - 1) / tt;
+            a.offset[elocal] = off + counts[e];
+            a.tile_base[elocal] = tb + (counts[e] + tt - 1) / tt;
         }
         s_off = off;
         s_run = 0;
     }
     __syncthreads();
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int base = 0; base < nentries; base += blockDim.x) {
-        int i = base + threadIdx.x;
-        bool mine = i < nentries && local_expert(ids[i], rank, elocal) == e;
-        u32 ballot = __ballot_sync(0xFFFFFFFFu, mine);
-        if (lane == 0) warpcnt[warp] = __popc(ballot);
+    for (int base = 0; base < nentries; base += blockDim.x * ROUTE_PER) {
+        int i0 = base + threadIdx.x * ROUTE_PER;
+        u32 mine = route_mine(a.ids, i0, nentries, rank, elocal, e);
+        int c = __popc(mine), incl = c; // inclusive scan of c over the warp's lanes
+        for (int o = 1; o < 32; o <<= 1) {
+            int y = __shfl_up_sync(0xFFFFFFFFu, incl, o);
+            if (lane >= o) incl += y;
+        }
+        if (lane == 31) warpcnt[warp] = incl;
         __syncthreads();
-        int before = s_run;
-        for (int w = 0; w < warp; w++) before += warpcnt[w];
-        before += __popc(ballot & ((1u << lane) - 1u));
-        if (mine) {
-            int row = s_off + before;
-            perm[row] = i;
-            pos[i] = row;
+        int row = s_off + s_run + incl - c;
+        for (int w = 0; w < warp; w++) row += warpcnt[w];
+        for (; mine != 0u; mine &= mine - 1u) {
+            int i = i0 + __ffs(mine) - 1;
+            a.perm[row] = i;
+            a.pos[i] = row++;
         }
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -674,6 +717,16 @@ __device__ __forceinline__ u32 bf16_bits(float v) {
 // such x off the BF16 paths).
 __device__ __forceinline__ u32 mxfp8_bf16(u32 code, float sf) { return bf16_bits(__fmul_rn(e4m3_to_float(code), sf)); }
 
+// Four elements of a 32-block held as block_scale_lanes8 holds them ->
+// the BF16 bits of their MXFP8 values (the recipe's scale), element 2i in
+// the low half of word i.
+__device__ __forceinline__ uint2 mxfp8_bf16_lanes8(const float (&v)[4], int recipe, int lane) {
+    const u32 sc = block_scale_lanes8(v, recipe, lane);
+    const float sf = e8m0_to_float(sc);
+    return make_uint2(mxfp8_bf16(e4m3_code(v[0], sc), sf) | mxfp8_bf16(e4m3_code(v[1], sc), sf) << 16,
+                      mxfp8_bf16(e4m3_code(v[2], sc), sf) | mxfp8_bf16(e4m3_code(v[3], sc), sf) << 16);
+}
+
 // gated_act, called rather than inlined: the wgmma GEMM1 evaluates it at
 // 64 unrolled sites, and inlined copies of every activation there made the
 // kernel miss the instruction cache (ncu: 5 of 11.7 cycles per issued
@@ -903,8 +956,39 @@ static_assert(sizeof(WgSmem<128>) + KMOE_SMEM_ALIGN == KMOE_WG_SMEM_128 && sizeo
               "the host's dynamic shared memory sizes (smem_1k's alignment included)");
 
 // x as BF16: the MXFP8 values of x (quantized here from float32 with the
-// recipe, as kmoe_quantize_x does, or given as codes and scales), 32-block
-// b by one warp (lane: its lane).
+// recipe, as kmoe_quantize_x does, or given as codes and scales), four
+// 32-blocks b0 .. b0 + 3 (those below nblocks) by one warp, eight lanes a
+// block and four elements a lane (block_scale_lanes8; a block a warp and
+// an element a lane before f36, the same bits). Every lane of the warp
+// calls it.
+__device__ __forceinline__ void x_bf16_blocks4(const float* __restrict__ x, const u8* __restrict__ codes,
+                                               const u8* __restrict__ scales, u16* __restrict__ out, int form,
+                                               int recipe, u32 nblocks, u32 b0, int lane) {
+    const u32 b = b0 + (lane >> 3);
+    const bool live = b < nblocks; // a dead lane's zeros stay in its own block's shuffles
+    const u64 i = (u64)b * BLOCK + 4 * (lane & 7);
+    uint2 h;
+    if (form == KMOE_FORM_FLOAT) {
+        const float4 v = live ? *(const float4*)&x[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const float f[4] = {v.x, v.y, v.z, v.w};
+        h = mxfp8_bf16_lanes8(f, recipe, lane);
+    } else {
+        if (!live) return;
+        const u32 c = *(const u32*)&codes[i];
+        const float sf = e8m0_to_float(scales[b]);
+        h = make_uint2(mxfp8_bf16(c & 0xFFu, sf) | mxfp8_bf16((c >> 8) & 0xFFu, sf) << 16,
+                       mxfp8_bf16((c >> 16) & 0xFFu, sf) | mxfp8_bf16(c >> 24, sf) << 16);
+    }
+    if (live) *(uint2*)&out[i] = h;
+}
+
+// x as BF16, 32-block b by one warp, an element a lane (warp_quantize_e4m3):
+// for the one-launch prologue of few tokens (kmoe_route_x_bf16), where the
+// blocks are few and each warp's chain is the kernel's time. There the
+// four-a-lane form (x_bf16_blocks4, fewer instructions a block but a chain
+// four elements long) made M = 1..32 2.5-4% slower on the H200 (docs/
+// PERF.md f36); for many tokens the instructions count, and kmoe_x_bf16
+// takes that form.
 __device__ __forceinline__ void x_bf16_block(const float* __restrict__ x, const u8* __restrict__ codes,
                                              const u8* __restrict__ scales, u16* __restrict__ out, int form, int recipe,
                                              int b, int lane) {
@@ -920,11 +1004,11 @@ __device__ __forceinline__ void x_bf16_block(const float* __restrict__ x, const 
     out[i] = (u16)mxfp8_bf16(c, e8m0_to_float(s));
 }
 
-// One warp per 32-block.
+// Four 32-blocks a warp.
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_x_bf16(const XBF16Args a) {
-    int warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (warp >= a.n_blocks) return;
-    x_bf16_block(a.x, a.codes, a.scales, a.out, a.form, a.recipe, warp, threadIdx.x & 31);
+    const u32 warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (4 * warp >= (u32)a.n_blocks) return;
+    x_bf16_blocks4(a.x, a.codes, a.scales, a.out, a.form, a.recipe, (u32)a.n_blocks, 4 * warp, threadIdx.x & 31);
 }
 
 // The BF16 paths' prologue for few entries: one launch instead of four
@@ -1843,41 +1927,47 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_DEEP2_BLOCKS
 
 // The GEMM1 epilogue as a kernel of its own (the wgmma-fp4 path where
 // f4ActKernel in gpu.go takes it): GEMM1 stores each routed row's up and
-// gate in float32 (store_up_gate), and here one warp a 32-feature block of
-// a row applies the activation and the MXFP8 requantization and writes the
+// gate in float32 (store_up_gate), and here each 32-feature block of a row
+// gets the activation and the MXFP8 requantization and is written as the
 // BF16 intermediate: act_requant_store's functions in its order, so the
 // same bits. In GEMM1 the epilogue holds the CTA's SM slot while its
 // exact activation chains run, two CTAs an SM; measured at M=128 (docs/
 // PERF.md f30), GEMM1 takes 51 us less without it and this kernel 35 us
-// (31 since f31).
-// One 32-feature block b (row b / nb) of the routed rows, this lane's
-// element, from its up and gate v.
-template <int KIND>
-__device__ __forceinline__ void act_requant_block(const ActRequantArgs& a, u32 b, u32 nb, float2 v, bool chain_fi,
-                                                  int rcp, int lane) {
-    int e = 0;
-    if (a.n_params != 1) e = expert_of(a.offset, a.e_local, (int)(b / nb)); // the row's parameters
-    float act = chain_act<KIND>(a.kind, a.params + e * KMOE_PARAM_STRIDE, v.y, v.x, chain_fi);
-    u32 sc;
-    u32 code = warp_quantize_e4m3(act, rcp, &sc);
-    ((u16*)a.aqbf)[(u64)b * 32 + lane] = (u16)mxfp8_bf16(code, e8m0_to_float(sc)); // element row n + 32 (b % nb) + lane
-}
-
-// Each warp takes blocks warp, warp + nwarps, ... in 32-bit arithmetic:
-// at most 2^32 blocks (the host's bound is entries x N / 32). Measured on
-// the H200 (docs/PERF.md f31): with the index in 64 bits (a 64-bit
-// division for the row) the kernel took 9% longer; two blocks a warp at a
-// time, their loads first, gave nothing more. rows: offset[e_local] of
-// the routing.
+// (31 since f31, 24 since f36).
+// Four 32-feature blocks a warp at a time, eight lanes a block and four
+// features a lane (their up and gate: two 16-byte loads), so each lane's
+// four activation chains are independent and the block's scale costs a
+// lane three shuffles and a vote (block_scale_lanes8) for four elements.
+// Measured on the H200 (docs/PERF.md f36): 21-28% less time than a block
+// a warp and an element a lane (warp_quantize_e4m3), the same bits
+// (TestF4ActKernel); eight features a lane was no faster. Block b =
+// 4 (warp + i nwarps) + lane / 8, in 32-bit arithmetic: at most 2^32
+// blocks (the host's bound is entries x N / 32); with the index in 64
+// bits (a 64-bit division for the row) the kernel took 9% longer (f31).
+// rows: offset[e_local] of the routing.
 template <int KIND>
 __device__ __forceinline__ void act_requant_rows(const ActRequantArgs& a, int rows) {
     const u32 nb = (u32)a.n / 32, total = (u32)rows * nb, nwarps = gridDim.x * (blockDim.x >> 5);
-    const int lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31, j = lane & 7;
     const bool chain_fi = a.chain == KMOE_CHAIN_FLASHINFER;
     const int rcp = chain_fi ? KMOE_RECIPE_RCEIL : a.recipe;
-    const float2* ug = (const float2*)a.ug;
-    for (u32 b = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); b < total; b += nwarps)
-        act_requant_block<KIND>(a, b, nb, ug[(u64)b * 32 + lane], chain_fi, rcp, lane);
+    const float4* ug = (const float4*)a.ug; // block b's feature 4j + i: {up, gate} at float2 32 b + 4j + i
+    for (u32 b0 = 4 * (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)); b0 < total; b0 += 4 * nwarps) {
+        const u32 b = b0 + (lane >> 3);
+        const bool live = b < total; // a dead lane's zeros stay in its own block's shuffles
+        float4 v0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v1 = v0;
+        int e = 0;
+        if (live) {
+            v0 = ug[(u64)b * 16 + 2 * j];
+            v1 = ug[(u64)b * 16 + 2 * j + 1];
+            if (a.n_params != 1) e = expert_of(a.offset, a.e_local, (int)(b / nb)); // the row's parameters
+        }
+        const float* p = a.params + e * KMOE_PARAM_STRIDE;
+        const float act[4] = {chain_act<KIND>(a.kind, p, v0.y, v0.x, chain_fi), chain_act<KIND>(a.kind, p, v0.w, v0.z, chain_fi),
+                              chain_act<KIND>(a.kind, p, v1.y, v1.x, chain_fi), chain_act<KIND>(a.kind, p, v1.w, v1.z, chain_fi)};
+        const uint2 h = mxfp8_bf16_lanes8(act, rcp, lane);
+        if (live) *(uint2*)&a.aqbf[((u64)b * 32 + 4 * j) * 2] = h;
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_act_requant(const ActRequantArgs a) {
