@@ -117,7 +117,7 @@ func checkNaNBesideFinite(t *testing.T, b backend.Backend) {
 		gate := e*2*w.N + w.N + nanFeature
 		codes := w.W31[gate*w.K/2 : (gate+1)*w.K/2]
 		clear(codes)
-		codes[0] = 0x0F // element 0 in the low nibble: E2M1 -6
+		codes[0] = 0x0F                // element 0 in the low nibble: E2M1 -6
 		w.W31Scale[gate*w.K/32] = 0xFE // 2^127
 		up := e*2*w.N + nanFeature + 1
 		for i := up * w.K / 32; i < (up+1)*w.K/32; i++ {
