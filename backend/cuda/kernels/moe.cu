@@ -111,11 +111,10 @@ __device__ __forceinline__ u32 warp_quantize_e4m3(float v, int recipe, u32* scal
     return e4m3_code(v, s);
 }
 
-// The scale of a 32-block held four elements a lane by eight lanes (lanes
-// 8q .. 8q + 7 hold block q of the warp's four), and the BF16 bits of its
-// four MXFP8 values, element 2i in the low half of word i: the functions
-// and values of warp_quantize_e4m3 and mxfp8_bf16 (amax over the non-NaN
-// elements, the flag of any NaN), so the same bits, with three shuffles
+// The scale (X + 127) of a 32-block held four elements a lane by eight
+// lanes (lanes 8q .. 8q + 7 hold block q of the warp's four): the
+// functions and values of warp_quantize_e4m3 (amax over the non-NaN
+// elements, the flag of any NaN), so the same scale, with three shuffles
 // and a vote for the lane's four elements where warp_quantize_e4m3 takes
 // five shuffles and a vote for one. Every lane of the warp calls it.
 __device__ __forceinline__ u32 block_scale_lanes8(const float (&v)[4], int recipe, int lane) {
@@ -293,7 +292,9 @@ __device__ __forceinline__ int local_expert(int id, int rank, int elocal) {
 #define ROUTE_PER 8
 
 // Whether entries i .. i + ROUTE_PER - 1 (those below n) are routed to
-// local expert e: bit q for entry i + q.
+// local expert e: bit q for entry i + q. ids is a device allocation
+// (16-byte aligned), so a whole group at an i divisible by 4 is two
+// 16-byte loads.
 __device__ __forceinline__ u32 route_mine(const int* __restrict__ ids, int i, int n, int rank, int elocal, int e) {
     int id[ROUTE_PER];
     if (i + ROUTE_PER <= n && (i & 3) == 0) {
