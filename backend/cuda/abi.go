@@ -399,9 +399,10 @@ const f4FitMaxMDefault = 512
 // lane: M=4096 and 8192 4% faster with it than with GEMM1's epilogue).
 // Its grid: at most actCTAsSM CTAs an SM, each warp going over the routed
 // rows' 32-feature blocks four at a time. Its input, GEMM1's up and gate
-// in float32, takes 8 bytes a routing entry and feature (1.6 GB at M=8192
-// on the Kimi EP32 rank-7 shape): the upper bound keeps that workspace
-// bounded, GEMM1's epilogue taking larger M.
+// in float32, takes 8 bytes a routing entry and feature, allocated for
+// every entry (3.2 GB at M=8192 with top-16 on the Kimi shape, half of it
+// read with 8 slots local): the upper bound keeps that workspace bounded,
+// GEMM1's epilogue taking larger M.
 const (
 	f4ActMinMDefault = 97
 	f4ActMaxMDefault = 8192

@@ -123,7 +123,7 @@
 // as GEMM1's epilogue (the same bits), four 32-feature blocks a warp;
 // GEMM2 then waits for all of it. (Above 8192 tokens GEMM1's epilogue
 // again: the float32 workspace, 8 bytes a routing entry and feature, is
-// 1.6 GB at 8192 on the Kimi shape.)
+// 3.2 GB at 8192 with Kimi's top-16.)
 // KIMIMOE_FP4_ACT_MIN_M and KIMIMOE_FP4_ACT_MAX_M move that range (MAX 0:
 // never), to measure.
 //
