@@ -291,13 +291,15 @@ __device__ __forceinline__ int local_expert(int id, int rank, int elocal) {
 // (docs/PERF.md f36) at M=8192 (131072 entries) 0.19 and 0.32 ms before.
 #define ROUTE_PER 8
 
-// Whether entries i .. i + ROUTE_PER - 1 (those below n) are routed to
-// local expert e: bit q for entry i + q. ids is a device allocation
-// (16-byte aligned), so a whole group at an i divisible by 4 is two
-// 16-byte loads.
+static_assert(ROUTE_PER == 8, "a group is two 16-byte loads");
+
+// Whether entries i .. i + ROUTE_PER - 1 (those below n; i a multiple of
+// ROUTE_PER) are routed to local expert e: bit q for entry i + q. ids is a
+// device allocation (16-byte aligned), so a whole group is two 16-byte
+// loads; past n an entry reads as -1, routed nowhere.
 __device__ __forceinline__ u32 route_mine(const int* __restrict__ ids, int i, int n, int rank, int elocal, int e) {
     int id[ROUTE_PER];
-    if (i + ROUTE_PER <= n && (i & 3) == 0) {
+    if (i + ROUTE_PER <= n) {
         const int4 lo = *(const int4*)&ids[i], hi = *(const int4*)&ids[i + 4];
         id[0] = lo.x, id[1] = lo.y, id[2] = lo.z, id[3] = lo.w, id[4] = hi.x, id[5] = hi.y, id[6] = hi.z, id[7] = hi.w;
     } else {
@@ -306,7 +308,7 @@ __device__ __forceinline__ u32 route_mine(const int* __restrict__ ids, int i, in
     }
     u32 mine = 0;
 #pragma unroll
-    for (int q = 0; q < ROUTE_PER; q++) mine |= (u32)(i + q < n && local_expert(id[q], rank, elocal) == e) << q;
+    for (int q = 0; q < ROUTE_PER; q++) mine |= (u32)(local_expert(id[q], rank, elocal) == e) << q;
     return mine;
 }
 
@@ -718,14 +720,19 @@ __device__ __forceinline__ u32 bf16_bits(float v) {
 // such x off the BF16 paths).
 __device__ __forceinline__ u32 mxfp8_bf16(u32 code, float sf) { return bf16_bits(__fmul_rn(e4m3_to_float(code), sf)); }
 
+// mxfp8_bf16 of four codes of one block (scale sf as a float), element
+// 2i in the low half of word i.
+__device__ __forceinline__ uint2 mxfp8_bf16x4(u32 c0, u32 c1, u32 c2, u32 c3, float sf) {
+    return make_uint2(mxfp8_bf16(c0, sf) | mxfp8_bf16(c1, sf) << 16, mxfp8_bf16(c2, sf) | mxfp8_bf16(c3, sf) << 16);
+}
+
 // Four elements of a 32-block held as block_scale_lanes8 holds them ->
 // the BF16 bits of their MXFP8 values (the recipe's scale), element 2i in
 // the low half of word i.
 __device__ __forceinline__ uint2 mxfp8_bf16_lanes8(const float (&v)[4], int recipe, int lane) {
     const u32 sc = block_scale_lanes8(v, recipe, lane);
-    const float sf = e8m0_to_float(sc);
-    return make_uint2(mxfp8_bf16(e4m3_code(v[0], sc), sf) | mxfp8_bf16(e4m3_code(v[1], sc), sf) << 16,
-                      mxfp8_bf16(e4m3_code(v[2], sc), sf) | mxfp8_bf16(e4m3_code(v[3], sc), sf) << 16);
+    return mxfp8_bf16x4(e4m3_code(v[0], sc), e4m3_code(v[1], sc), e4m3_code(v[2], sc), e4m3_code(v[3], sc),
+                        e8m0_to_float(sc));
 }
 
 // gated_act, called rather than inlined: the wgmma GEMM1 evaluates it at
@@ -778,9 +785,8 @@ __device__ __forceinline__ void act_requant_store_k(const float (&acc)[NS][4], i
             v[s][h] = act;
             // amax over this warp's 8 features (lanes with equal t), NaN
             // skipped, with bit 31 set if any of them is NaN (no magnitude
-            // has it). Before 2026-12-01 a NaN made the whole 8's word
-            // all-ones, so rceil dropped their finite values from the
-            // block's amax (the oracle skips only the NaN itself).
+            // has it): a NaN must not take its finite neighbours out of the
+            // amax (rceil skips the NaN alone, as mxfp and the oracle do).
             u32 bits = __float_as_uint(act) & 0x7FFFFFFFu;
             u32 m = bits > 0x7F800000u ? 0u : bits;
             u32 nan8 = __ballot_sync(0xFFFFFFFFu, bits > 0x7F800000u) & (0x11111111u << t);
@@ -976,9 +982,7 @@ __device__ __forceinline__ void x_bf16_blocks4(const float* __restrict__ x, cons
     } else {
         if (!live) return;
         const u32 c = *(const u32*)&codes[i];
-        const float sf = e8m0_to_float(scales[b]);
-        h = make_uint2(mxfp8_bf16(c & 0xFFu, sf) | mxfp8_bf16((c >> 8) & 0xFFu, sf) << 16,
-                       mxfp8_bf16((c >> 16) & 0xFFu, sf) | mxfp8_bf16(c >> 24, sf) << 16);
+        h = mxfp8_bf16x4(c & 0xFFu, (c >> 8) & 0xFFu, (c >> 16) & 0xFFu, c >> 24, e8m0_to_float(scales[b]));
     }
     if (live) *(uint2*)&out[i] = h;
 }
