@@ -165,4 +165,5 @@ def main():
                 per, per_sm, tf = run(n, rs, wgs, sms)
                 print(f"{'RS' if rs else 'SS':>3} {n:>4} {wgs:>5} {per:>13.2f} {per_sm:>12.0f} {100 * per_sm / 4096:>7.1f}% {tf:>8.1f}", flush=True)
 
-main()
+if __name__ == "__main__":
+    main()
