@@ -409,6 +409,16 @@ const (
 	actCTAsSM        = 8
 )
 
+// actByTileMaxMDefault is the most tokens whose activation kernel runs by
+// tile (actByTile: a CTA a row of a routing tile, each waiting for its
+// tile's GEMM1 CTAs and counted for GEMM2's CTAs of that tile) rather
+// than over the grid after all of GEMM1. Measured on the H200 (docs/
+// PERF.md f37, two passes in one call, by tile against over the grid):
+// M=97 0.2533/0.2519 against 0.2578/0.2595 ms, 128 0.2716/0.2692 against
+// 0.2733/0.2754, 192 0.3271/0.3240 against 0.3361/0.3374; even at 256 and
+// 512, 1-1.5% slower from 1024 (a CTA's wait and count a row).
+const actByTileMaxMDefault = 192
+
 // f4Stages are the token chunks staged at once per tile size: deeper for
 // small tiles, whose stages are small and whose loop is latency-bound.
 var f4Stages = map[int]int{8: 8, 16: 6, 32: 5, 64: 4, 128: 3}
@@ -501,16 +511,20 @@ type f4Gemm1Args struct {
 
 // actRequantArgs: GEMM1's epilogue as a kernel of its own (kmoe_act_requant).
 type actRequantArgs struct {
-	UG      devptr `c:"const float*" cname:"ug"`
-	Offset  devptr `c:"const int*"`
-	Params  devptr `c:"const float*"`
-	AQBF    devptr `c:"u8*" cname:"aqbf"`
-	N       int32
-	ELocal  int32
-	Kind    int32
-	NParams int32
-	Chain   int32
-	Recipe  int32
+	UG       devptr `c:"const float*" cname:"ug"`
+	Offset   devptr `c:"const int*"`
+	Params   devptr `c:"const float*"`
+	AQBF     devptr `c:"u8*" cname:"aqbf"`
+	TileBase devptr `c:"const int*"` // by tile (Done set): the routing's tiles of TT rows
+	Ready    devptr `c:"const int*"` // by tile: GEMM1's CTAs done with the tile (N/64 of them)
+	Done     devptr `c:"int*"`       // by tile, or 0: this kernel's CTAs done with the tile (TT of them), for GEMM2
+	N        int32
+	ELocal   int32
+	Kind     int32
+	NParams  int32
+	Chain    int32
+	Recipe   int32
+	TT       int32
 }
 
 type f4Gemm2Args struct {

@@ -226,31 +226,38 @@ func TestF4TileReady(t *testing.T) {
 // plain one (600); and on a layer with the flashinfer chain and
 // parameters that differ by expert (the run-time kind's instance and the
 // kernel's search for a row's expert, which the oracle checks too: a row
-// given another expert's parameters would miss it). The last part shows
-// the forward launches the kernel at all.
+// given another expert's parameters would miss it); the kernel both by
+// tile and over the grid. The last part shows the forward launches the
+// kernel at all.
 func TestF4ActKernel(t *testing.T) {
 	b, l, s, w, _ := kimiSM90aLayer(t, "the wgmma-fp4 path")
-	set := func(l *Layer, on bool) {
+	set := func(l *Layer, on, byTile bool) {
 		t.Helper()
 		setLayer(t, l, func() {
-			l.decodeMaxM, l.f4ActMinM, l.f4ActMaxM = -1, 1, 0
+			l.decodeMaxM, l.f4ActMinM, l.f4ActMaxM, l.actByTileMaxM = -1, 1, 0, 0
 			if on {
 				l.f4ActMaxM = 1 << 20
 			}
+			if byTile {
+				l.actByTileMaxM = 1 << 20
+			}
 		})
 	}
+	// GEMM1's epilogue, the kernel by tile (from f4TileReadyMinM tokens),
+	// the kernel over the grid after all of GEMM1.
 	fusedAndKernel := func(l *Layer, in *moe.Input, m int) [2][]float32 {
 		t.Helper()
-		var outs [2][]float32
-		for i, on := range []bool{false, true} {
-			set(l, on)
-			if l.PathFor(m) != "wgmma-fp4" || l.f4ActKernel(m) != on {
-				t.Fatalf("M=%d: path %s, activation kernel %v", m, l.PathFor(m), l.f4ActKernel(m))
+		var outs [3][]float32
+		for i, mode := range []struct{ on, byTile bool }{{false, false}, {true, true}, {true, false}} {
+			set(l, mode.on, mode.byTile)
+			if l.PathFor(m) != "wgmma-fp4" || l.f4ActKernel(m) != mode.on || l.actByTile(m) != (mode.byTile && m >= f4TileReadyMinM) {
+				t.Fatalf("M=%d: path %s, activation kernel %v, by tile %v", m, l.PathFor(m), l.f4ActKernel(m), l.actByTile(m))
 			}
 			outs[i] = forwardOut(t, l, in, m)
 		}
-		requireSameBits(t, m, "with the activation kernel", outs[1], "with GEMM1's epilogue", outs[0])
-		return outs
+		requireSameBits(t, m, "with the activation kernel by tile", outs[1], "with GEMM1's epilogue", outs[0])
+		requireSameBits(t, m, "with the activation kernel over the grid", outs[2], "with GEMM1's epilogue", outs[0])
+		return [2][]float32{outs[0], outs[1]}
 	}
 	for _, m := range []int{1, 33, 128, 600} {
 		fusedAndKernel(l, kimiInput(t, s, w, m, uint64(9700+m)), m)
@@ -272,7 +279,7 @@ func TestF4ActKernel(t *testing.T) {
 	in := kimiInput(t, &s2, w2, 128, 9799)
 	comparePaths(t, o2, in, w2.K, [2]string{"GEMM1's epilogue", "the activation kernel"}, fusedAndKernel(l2, in, 128))
 
-	set(l, true)
+	set(l, true, true)
 	requireLaunched(t, l, kimiInput(t, s, w, 128, 9798), 128, &b.k.actRequant, "the activation kernel")
-	set(l, false)
+	set(l, false, false)
 }

@@ -115,6 +115,13 @@ func (l *Layer) f4Fit(m, tt int) bool { return m <= l.f4FitMaxM && slices.Contai
 // (kmoe_act_requant) rather than in GEMM1's epilogue.
 func (l *Layer) f4ActKernel(m int) bool { return m >= l.f4ActMinM && m <= l.f4ActMaxM }
 
+// actByTile: the activation kernel of m tokens runs by tile (kmoe.cu
+// act_requant_tile), beside GEMM1's last tiles, and GEMM2 waits for its
+// own tile's rows of it, not for all of it.
+func (l *Layer) actByTile(m int) bool {
+	return m >= f4TileReadyMinM && m <= l.actByTileMaxM && !l.noTileReady
+}
+
 // f4TileTokens is the wgmma-fp4 GEMMs' token tile (the wgmma's N) for m
 // tokens: the tokens an expert gets grow with m. Measured on the H200 at
 // the Kimi shape (docs/PERF.md; KIMIMOE_FP4_TOKENS forces one): 16 up to
@@ -585,7 +592,8 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 			backend.ErrUnsupported, 48<<10/4-1, w.E, backend.GoName)
 	}
 	l := &Layer{b: b, w: w, spec: spec, numGlobal: numGlobal, decodeMaxM: decodeMaxM, wgMinM: wgMinM, f4MaxM: f4MaxMDefault,
-		ws: map[int]*workspace{}, f4FitMaxM: f4FitMaxMDefault, f4ActMinM: f4ActMinMDefault, f4ActMaxM: f4ActMaxMDefault}
+		ws: map[int]*workspace{}, f4FitMaxM: f4FitMaxMDefault, f4ActMinM: f4ActMinMDefault, f4ActMaxM: f4ActMaxMDefault,
+		actByTileMaxM: actByTileMaxMDefault}
 	// Path settings from the environment, to run a whole suite or bench on
 	// one path (the Set* methods do the same per layer).
 	for _, e := range []struct {
@@ -596,10 +604,11 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 		{"KIMIMOE_DECODE_MAX_M", -1, &l.decodeMaxM}, // -1: never
 		{"KIMIMOE_FP4_MAX_M", 0, &l.f4MaxM},         // 0: never
 		{"KIMIMOE_WGMMA_MIN_M", 1, &l.wgMinM},
-		{"KIMIMOE_FP4_TOKENS", 0, &l.f4Tokens},     // to measure the tiles
-		{"KIMIMOE_FP4_FIT_MAX_M", 0, &l.f4FitMaxM}, // 0: every tile at its full N
-		{"KIMIMOE_FP4_ACT_MIN_M", 1, &l.f4ActMinM}, // the activation kernel's token counts (f4ActKernel)
-		{"KIMIMOE_FP4_ACT_MAX_M", 0, &l.f4ActMaxM}, // 0: never
+		{"KIMIMOE_FP4_TOKENS", 0, &l.f4Tokens},             // to measure the tiles
+		{"KIMIMOE_FP4_FIT_MAX_M", 0, &l.f4FitMaxM},         // 0: every tile at its full N
+		{"KIMIMOE_FP4_ACT_MIN_M", 1, &l.f4ActMinM},         // the activation kernel's token counts (f4ActKernel)
+		{"KIMIMOE_FP4_ACT_MAX_M", 0, &l.f4ActMaxM},         // 0: never
+		{"KIMIMOE_ACT_BY_TILE_MAX_M", 0, &l.actByTileMaxM}, // 0: never (actByTile)
 	} {
 		if v := os.Getenv(e.name); v != "" {
 			n, err := strconv.Atoi(v)
@@ -745,40 +754,41 @@ func i32bytes(v []int32) []byte {
 // Layer is a prepared layer on the device. Its methods may be called from
 // several goroutines: every device call holds the backend's lock.
 type Layer struct {
-	b           *Backend
-	w           *moe.Weights
-	spec        moe.LayerSpec
-	numGlobal   int
-	epRank      int
-	decodeMaxM  int
-	w31, w31s   devptr
-	w2, w2s     devptr
-	params      devptr
-	d31, d31s   devptr // FC1 and FC2 in the decode path's tiles
-	d2, d2s     devptr
-	wgW31       devptr // FC1 and FC2 as BF16 for the wgmma path (0: not available)
-	wgW2        devptr
-	wgOff       bool   // the wgmma path turned off (SetWGMMA)
-	wgRows1     int    // weight rows per wgmma tile, GEMM1
-	wgRows2     int    // and GEMM2
-	wgMinM      int    // smallest M on the wgmma GEMMs
-	wgWhyNot    string // why it is not available
-	f4W31       devptr // FC1 and FC2 for the wgmma-fp4 path (0: not available)
-	f4W31S      devptr
-	f4W2        devptr
-	f4W2S       devptr
-	f4MaxM      int // largest M on the wgmma-fp4 GEMMs
-	f4Tokens    int // the wgmma-fp4 token tile forced by KIMIMOE_FP4_TOKENS (0: by M)
-	f4FitMaxM   int // most tokens on the fitted-N instances (f4Fit)
-	f4ActMinM   int // token counts whose GEMM1 epilogue runs as a kernel of its own (f4ActKernel)
-	f4ActMaxM   int
-	f4NoSync    bool               // KIMIMOE_FP4_SYNC=0: the small tiles on the wgmma loop too
-	noPDL       bool               // KIMIMOE_PDL=0: no programmatic dependent launch on the wgmma-fp4 path
-	noTileReady bool               // KIMIMOE_TILE_READY=0: GEMM2 waits for all of GEMM1 (pdl_wait), not its tile
-	f4WhyNot    string             // why it is not available
-	ws          map[int]*workspace // per token count, at most MaxWorkspaces
-	uses        uint64             // forwards so far, for the LRU order
-	closed      bool
+	b             *Backend
+	w             *moe.Weights
+	spec          moe.LayerSpec
+	numGlobal     int
+	epRank        int
+	decodeMaxM    int
+	w31, w31s     devptr
+	w2, w2s       devptr
+	params        devptr
+	d31, d31s     devptr // FC1 and FC2 in the decode path's tiles
+	d2, d2s       devptr
+	wgW31         devptr // FC1 and FC2 as BF16 for the wgmma path (0: not available)
+	wgW2          devptr
+	wgOff         bool   // the wgmma path turned off (SetWGMMA)
+	wgRows1       int    // weight rows per wgmma tile, GEMM1
+	wgRows2       int    // and GEMM2
+	wgMinM        int    // smallest M on the wgmma GEMMs
+	wgWhyNot      string // why it is not available
+	f4W31         devptr // FC1 and FC2 for the wgmma-fp4 path (0: not available)
+	f4W31S        devptr
+	f4W2          devptr
+	f4W2S         devptr
+	f4MaxM        int // largest M on the wgmma-fp4 GEMMs
+	f4Tokens      int // the wgmma-fp4 token tile forced by KIMIMOE_FP4_TOKENS (0: by M)
+	f4FitMaxM     int // most tokens on the fitted-N instances (f4Fit)
+	f4ActMinM     int // token counts whose GEMM1 epilogue runs as a kernel of its own (f4ActKernel)
+	f4ActMaxM     int
+	actByTileMaxM int                // the most tokens whose activation kernel runs by tile (actByTile)
+	f4NoSync      bool               // KIMIMOE_FP4_SYNC=0: the small tiles on the wgmma loop too
+	noPDL         bool               // KIMIMOE_PDL=0: no programmatic dependent launch on the wgmma-fp4 path
+	noTileReady   bool               // KIMIMOE_TILE_READY=0: GEMM2 waits for all of GEMM1 (pdl_wait), not its tile
+	f4WhyNot      string             // why it is not available
+	ws            map[int]*workspace // per token count, at most MaxWorkspaces
+	uses          uint64             // forwards so far, for the LRU order
+	closed        bool
 }
 
 // Input forms, which decide whether the forward quantizes x: a graph is
@@ -897,7 +907,7 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 		bufs = append(bufs, buf{&ws.xbf, 2 * m * w.K}, buf{&ws.aqbf, 2 * entries * w.N})
 	}
 	if l.f4W31 != 0 { // at most one tile an entry, and one partial tile an expert
-		bufs = append(bufs, buf{&ws.ready, 4 * (entries + w.E)})
+		bufs = append(bufs, buf{&ws.ready, 4 * 2 * (entries + w.E)}) // two counts a tile at most (actByTile)
 	}
 	if l.f4W31 != 0 && l.f4ActKernel(m) {
 		bufs = append(bufs, buf{&ws.ug, 8 * entries * w.N})
@@ -1090,6 +1100,18 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 	if f4 && m >= f4TileReadyMinM && !l.noTileReady && !actKernel {
 		ready, nReady = ws.ready, tiles
 	}
+	// With it, by tile (actByTile): GEMM1 counts its CTAs in ready[tile],
+	// the activation kernel's CTAs wait for their tile there and count
+	// themselves in actDone[tile], GEMM2's CTAs wait for that (tt a tile).
+	var actDone devptr
+	readyTarget2 := w.N / abiF4RowsGemm1
+	if actKernel && l.actByTile(m) {
+		ready, actDone, nReady, readyTarget2 = ws.ready, ws.ready+devptr(4*tiles), 2*tiles, tt
+	}
+	ready2 := ready // what GEMM2 waits for
+	if actDone != 0 {
+		ready2 = actDone
+	}
 	var gemm1, gemm2 func() error
 	switch {
 	case f4:
@@ -1116,7 +1138,7 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 		gemm2 = func() error {
 			return launch2([3]int{w.K / abiF4RowsGemm2, tiles, 1}, abiThreads, smem, s,
 				&f4Gemm2Args{AQBF: ws.aqbf, W: l.f4W2, WS: l.f4W2S, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
-					Ready: ready, N: i32(w.N), K: i32(w.K), ELocal: i32(w.E), ReadyTarget: i32(w.N / abiF4RowsGemm1)})
+					Ready: ready2, N: i32(w.N), K: i32(w.K), ELocal: i32(w.E), ReadyTarget: i32(readyTarget2)})
 		}
 	case wg:
 		bn1, bn2 := l.wgRows1, l.wgRows2
@@ -1203,9 +1225,14 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 		}
 		steps = append(steps, step{"act_requant", func() error {
 			warps := (entries*w.N/32 + 3) / 4 // the routed rows' blocks (an upper bound), four a warp at a time
-			return launch([3]int{min((warps+abiThreads/32-1)/(abiThreads/32), actCTAsSM*l.b.sms), 1, 1}, abiThreads, 0, s,
-				&actRequantArgs{UG: ws.ug, Offset: ws.offset, Params: l.params, AQBF: ws.aqbf, N: i32(w.N), ELocal: i32(w.E),
-					Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
+			grid := [3]int{min((warps+abiThreads/32-1)/(abiThreads/32), actCTAsSM*l.b.sms), 1, 1}
+			if actDone != 0 {
+				grid = [3]int{tt, tiles, 1} // a CTA a row of a tile
+			}
+			return launch(grid, abiThreads, 0, s,
+				&actRequantArgs{UG: ws.ug, Offset: ws.offset, Params: l.params, AQBF: ws.aqbf, TileBase: ws.tileBase, Ready: ready,
+					Done: actDone, N: i32(w.N), ELocal: i32(w.E), Kind: activationCode(l.spec.Activation),
+					NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe, TT: i32(tt)})
 		}})
 	}
 	return append(steps, step{"gemm2", gemm2}, finalize)

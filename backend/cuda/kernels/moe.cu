@@ -554,14 +554,17 @@ struct Tile {
     int expert, row0, count;
 };
 
-template <int TT>
-__device__ __forceinline__ bool find_tile(const int* offset, const int* tile_base, int elocal, int j, Tile* t) {
+__device__ __forceinline__ bool find_tile_tt(const int* offset, const int* tile_base, int elocal, int tt, int j, Tile* t) {
     if (j >= tile_base[elocal]) return false;
     int e = expert_of(tile_base, elocal, j);
     t->expert = e;
-    t->row0 = offset[e] + (j - tile_base[e]) * TT;
-    t->count = imin(TT, offset[e + 1] - t->row0);
+    t->row0 = offset[e] + (j - tile_base[e]) * tt;
+    t->count = imin(tt, offset[e + 1] - t->row0);
     return true;
+}
+template <int TT>
+__device__ __forceinline__ bool find_tile(const int* offset, const int* tile_base, int elocal, int j, Tile* t) {
+    return find_tile_tt(offset, tile_base, elocal, TT, j, t);
 }
 
 // block_tile finds this CTA's tile (blockIdx.y) once, in thread 0, and
@@ -1857,6 +1860,7 @@ __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
     if (a.ug != nullptr) { // the activation and requantization in kmoe_act_requant
         store_up_gate<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), tl.count, lane & 3, a.ug, tl.row0, a.n,
                               blockIdx.x * 64 + warp * 8 + (lane >> 2));
+        if (a.ready != nullptr) tile_signal(a.ready + blockIdx.y); // kmoe_act_requant by tile waits for it
         return;
     }
     const float* p = a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE;
@@ -1950,32 +1954,74 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_DEEP2_BLOCKS
 // blocks (the host's bound is entries x N / 32); with the index in 64
 // bits (a 64-bit division for the row) the kernel took 9% longer (f31).
 // rows: offset[e_local] of the routing.
+// Blocks b0 .. b0 + 3 (below total), a warp: lane l the block b0 + l / 8.
+// Parameters of expert e, or (e < 0) of the row's expert where they
+// differ by expert.
 template <int KIND>
-__device__ __forceinline__ void act_requant_rows(const ActRequantArgs& a, int rows) {
-    const u32 nb = (u32)a.n / 32, total = (u32)rows * nb, nwarps = gridDim.x * (blockDim.x >> 5);
+__device__ __forceinline__ void act_requant_blocks4(const ActRequantArgs& a, u32 b0, u32 total, int e_row) {
+    const u32 nb = (u32)a.n / 32;
     const int lane = threadIdx.x & 31, j = lane & 7;
     const bool chain_fi = a.chain == KMOE_CHAIN_FLASHINFER;
     const int rcp = chain_fi ? KMOE_RECIPE_RCEIL : a.recipe;
     const float4* ug = (const float4*)a.ug; // block b's feature 4j + i: {up, gate} at float2 32 b + 4j + i
-    for (u32 b0 = 4 * (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)); b0 < total; b0 += 4 * nwarps) {
-        const u32 b = b0 + (lane >> 3);
-        const bool live = b < total; // a dead lane's zeros stay in its own block's shuffles
-        float4 v0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v1 = v0;
-        int e = 0;
-        if (live) {
-            v0 = ug[(u64)b * 16 + 2 * j];
-            v1 = ug[(u64)b * 16 + 2 * j + 1];
-            if (a.n_params != 1) e = expert_of(a.offset, a.e_local, (int)(b / nb)); // the row's parameters
-        }
-        const float* p = a.params + e * KMOE_PARAM_STRIDE;
-        const float act[4] = {chain_act<KIND>(a.kind, p, v0.y, v0.x, chain_fi), chain_act<KIND>(a.kind, p, v0.w, v0.z, chain_fi),
-                              chain_act<KIND>(a.kind, p, v1.y, v1.x, chain_fi), chain_act<KIND>(a.kind, p, v1.w, v1.z, chain_fi)};
-        const uint2 h = mxfp8_bf16_lanes8(act, rcp, lane);
-        if (live) *(uint2*)&a.aqbf[((u64)b * 32 + 4 * j) * 2] = h;
+    const u32 b = b0 + (lane >> 3);
+    const bool live = b < total; // a dead lane's zeros stay in its own block's shuffles
+    float4 v0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v1 = v0;
+    int e = e_row < 0 ? 0 : e_row;
+    if (live) {
+        v0 = ug[(u64)b * 16 + 2 * j];
+        v1 = ug[(u64)b * 16 + 2 * j + 1];
+        if (e_row < 0 && a.n_params != 1) e = expert_of(a.offset, a.e_local, (int)(b / nb)); // the row's parameters
     }
+    const float* p = a.params + e * KMOE_PARAM_STRIDE;
+    const float act[4] = {chain_act<KIND>(a.kind, p, v0.y, v0.x, chain_fi), chain_act<KIND>(a.kind, p, v0.w, v0.z, chain_fi),
+                          chain_act<KIND>(a.kind, p, v1.y, v1.x, chain_fi), chain_act<KIND>(a.kind, p, v1.w, v1.z, chain_fi)};
+    const uint2 h = mxfp8_bf16_lanes8(act, rcp, lane);
+    if (live) *(uint2*)&a.aqbf[((u64)b * 32 + 4 * j) * 2] = h;
+}
+
+// Over the grid: warp w's blocks 4 (w + i nwarps) of the routed rows.
+// rows: offset[e_local] of the routing.
+template <int KIND>
+__device__ __forceinline__ void act_requant_rows(const ActRequantArgs& a, int rows) {
+    const u32 total = (u32)rows * ((u32)a.n / 32), nwarps = gridDim.x * (blockDim.x >> 5);
+    for (u32 b0 = 4 * (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)); b0 < total; b0 += 4 * nwarps)
+        act_requant_blocks4<KIND>(a, b0, total, -1);
+}
+
+// By tile (a.done set; grid (TT, tiles)): CTA (r, t) takes row r of the
+// routing's tile t once GEMM1's N/64 CTAs of that tile have stored it
+// (tile_wait on a.ready), and counts itself in done[t] (tile_signal, also
+// past the tile's rows, so GEMM2 waits for TT), so GEMM1's last tiles run
+// beside this kernel's first and GEMM2's tiles start as theirs are done.
+// No deadlock, as for GEMM2's wait (tile_signal): this kernel is launched
+// once every GEMM1 CTA has triggered it, GEMM2 once every CTA of this one
+// has. The same blocks, values and stores as over the grid.
+template <int KIND>
+__device__ __forceinline__ void act_requant_tile(const ActRequantArgs& a) {
+    __shared__ Tile s_tile;
+    __shared__ int s_ok;
+    if (threadIdx.x == 0) s_ok = find_tile_tt(a.offset, a.tile_base, a.e_local, a.tt, blockIdx.y, &s_tile);
+    __syncthreads();
+    if (!s_ok) return;
+    const Tile tl = s_tile;
+    tile_wait(a.ready + blockIdx.y, a.n / 64);
+    if ((int)blockIdx.x < tl.count) {
+        const u32 nb = (u32)a.n / 32, row = (u32)(tl.row0 + (int)blockIdx.x), end = (row + 1) * nb;
+        const int e = a.n_params == 1 ? 0 : tl.expert;
+        for (u32 b0 = row * nb + 4 * (threadIdx.x >> 5); b0 < end; b0 += 4 * (blockDim.x >> 5))
+            act_requant_blocks4<KIND>(a, b0, end, e);
+    }
+    tile_signal(a.done + blockIdx.y);
 }
 
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_act_requant(const ActRequantArgs a) {
+    if (a.done != nullptr) { // by tile: GEMM1's tiles waited for one at a time
+        pdl_trigger(); // GEMM2's CTAs wait for their tiles' counts
+        if (a.kind == KMOE_ACT_SITU) act_requant_tile<KMOE_ACT_SITU>(a);
+        else act_requant_tile<-1>(a);
+        return;
+    }
     pdl_wait();    // GEMM1's up and gate
     pdl_trigger(); // GEMM2's CTAs may take SMs as this kernel's leave them; they wait for all of it
     int rows = a.offset[a.e_local];
