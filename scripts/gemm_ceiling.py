@@ -22,7 +22,7 @@
 #    kernel's clock64 cycles over the launch's event time).
 #
 # Usage on the GPU machine: python3 scripts/gemm_ceiling.py
-import os, statistics, sys, ctypes
+import os, statistics, sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -105,47 +105,6 @@ def gemms(M):
     return P, flop, rows
 
 
-class Loop:
-    """The bare wgmma loop of wgmma_rate.py, one CTA an SM."""
-
-    def __init__(self, n, rs, wgs, sms):
-        self.n, self.rs, self.wgs, self.sms = n, rs, wgs, sms
-        self.cubin = wr.compile_cubin(wr.source(n, rs, wgs))
-        self.mod, self.fn = ctypes.c_void_p(), ctypes.c_void_p()
-        wr.check_cu(wr.cuda.cuModuleLoadData(ctypes.byref(self.mod), self.cubin), "cuModuleLoadData")
-        wr.check_cu(wr.cuda.cuModuleGetFunction(ctypes.byref(self.fn), self.mod, b"rate"), "cuModuleGetFunction")
-        self.smem = 160 * 1024
-        wr.check_cu(wr.cuda.cuFuncSetAttribute(self.fn, 8, self.smem), "cuFuncSetAttribute")
-        self.threads = 128 * wgs
-        self.out = torch.empty(sms * self.threads, device="cuda")
-        self.cyc = torch.zeros(sms * wgs, dtype=torch.int64, device="cuda")
-
-    def launch(self, iters):
-        it = ctypes.c_int(iters)
-        p_out, p_cyc = ctypes.c_void_p(self.out.data_ptr()), ctypes.c_void_p(self.cyc.data_ptr())
-        args = (ctypes.c_void_p * 3)(ctypes.cast(ctypes.byref(p_out), ctypes.c_void_p),
-                                     ctypes.cast(ctypes.byref(p_cyc), ctypes.c_void_p),
-                                     ctypes.cast(ctypes.byref(it), ctypes.c_void_p))
-        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        wr.check_cu(wr.cuda.cuLaunchKernel(self.fn, self.sms, 1, 1, self.threads, 1, 1, self.smem, stream, args, None), "cuLaunchKernel")
-
-    def flop(self, iters):
-        return self.sms * self.wgs * iters * 4 * (64 * self.n * 16 * 2)
-
-    def run(self, iters, launches):
-        ev = [torch.cuda.Event(enable_timing=True) for _ in range(launches + 1)]
-        ev[0].record()
-        for i in range(launches):
-            self.launch(iters)
-            ev[i + 1].record()
-        torch.cuda.synchronize()
-        ms = [ev[i].elapsed_time(ev[i + 1]) for i in range(launches)]
-        cycles = statistics.median(self.cyc.view(self.sms, self.wgs).max(dim=1).values.double().tolist())
-        ghz = cycles / (ms[-1] * 1e-3) / 1e9  # the last launch's cycles over its time
-        tf = [self.flop(iters) / (m * 1e-3) / 1e12 for m in ms]
-        return ms, tf, ghz
-
-
 def main():
     torch.zeros(1, device="cuda")
     prop = torch.cuda.get_device_properties(0)
@@ -162,16 +121,18 @@ def main():
     print("2. The bare BF16 wgmma loop (wgmma_rate.py's kernel), two warpgroups an SM, launched back to back:")
     print(f"{'A':>3} {'N':>4} {'launch ms':>9} {'launches':>8} {'first TF/s':>10} {'median':>8} {'last':>8} {'min':>8} {'SM GHz (last)':>13}")
     for n, rs in ((256, True), (256, False), (128, True)):
-        loop = Loop(n, rs, 2, sms)
+        loop = wr.Loop(n, rs, 2, sms)
         loop.run(200, 3)  # warm
-        ms, _, _ = loop.run(2000, 3)
+        ms, _ = loop.run(2000, 3)
         per_iter = statistics.median(ms) / 2000
         plan = [(0.3, 30), (1.25, 30), (5.0, 30), (5.0, 200)]
         for dur, launches in plan:
             iters = max(1, int(dur / per_iter))
-            ms, tf, ghz = loop.run(iters, launches)
+            ms, cycles = loop.run(iters, launches)
+            tf = [loop.flop(iters) / (m * 1e-3) / 1e12 for m in ms]
+            ghz = cycles / (ms[-1] * 1e-3) / 1e9  # the last launch's cycles over its time
             print(f"{'RS' if rs else 'SS':>3} {n:>4} {statistics.median(ms):>9.3f} {launches:>8} {tf[0]:>10.1f} {statistics.median(tf):>8.1f} {tf[-1]:>8.1f} {min(tf):>8.1f} {ghz:>13.3f}", flush=True)
-        wr.cuda.cuModuleUnload(loop.mod)
+        loop.close()
 
 
 if __name__ == "__main__":

@@ -119,36 +119,60 @@ def compile_cubin(src):
     nvrtc.nvrtcGetCUBIN(prog, buf)
     return buf
 
-def run(n, rs, wgs, sms, iters=4000):
-    cubin = compile_cubin(source(n, rs, wgs))
-    mod, fn = ctypes.c_void_p(), ctypes.c_void_p()
-    check_cu(cuda.cuModuleLoadData(ctypes.byref(mod), cubin), "cuModuleLoadData")
-    check_cu(cuda.cuModuleGetFunction(ctypes.byref(fn), mod, b"rate"), "cuModuleGetFunction")
-    smem = 160 * 1024  # one CTA an SM
-    check_cu(cuda.cuFuncSetAttribute(fn, 8, smem), "cuFuncSetAttribute")
-    threads = 128 * wgs
-    out = torch.empty(sms * threads, device="cuda")
-    cyc = torch.zeros(sms * wgs, dtype=torch.int64, device="cuda")
-    it = ctypes.c_int(iters)
-    p_out, p_cyc = ctypes.c_void_p(out.data_ptr()), ctypes.c_void_p(cyc.data_ptr())
-    args = (ctypes.c_void_p * 3)(ctypes.cast(ctypes.byref(p_out), ctypes.c_void_p), ctypes.cast(ctypes.byref(p_cyc), ctypes.c_void_p),
-                                 ctypes.cast(ctypes.byref(it), ctypes.c_void_p))
-    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-    times = []
-    for rep in range(4):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        check_cu(cuda.cuLaunchKernel(fn, sms, 1, 1, threads, 1, 1, smem, stream, args, None), "cuLaunchKernel")
-        e1.record()
+class Loop:
+    """The loop's kernel for (N, A source, warpgroups an SM), loaded, one CTA an SM."""
+
+    def __init__(self, n, rs, wgs, sms):
+        self.n, self.wgs, self.sms = n, wgs, sms
+        self.mod, self.fn = ctypes.c_void_p(), ctypes.c_void_p()
+        check_cu(cuda.cuModuleLoadData(ctypes.byref(self.mod), compile_cubin(source(n, rs, wgs))), "cuModuleLoadData")
+        check_cu(cuda.cuModuleGetFunction(ctypes.byref(self.fn), self.mod, b"rate"), "cuModuleGetFunction")
+        self.smem = 160 * 1024  # one CTA an SM
+        check_cu(cuda.cuFuncSetAttribute(self.fn, 8, self.smem), "cuFuncSetAttribute")
+        self.threads = 128 * wgs
+        self.out = torch.empty(sms * self.threads, device="cuda")
+        self.cyc = torch.zeros(sms * wgs, dtype=torch.int64, device="cuda")
+
+    def launch(self, iters):
+        it = ctypes.c_int(iters)
+        p_out, p_cyc = ctypes.c_void_p(self.out.data_ptr()), ctypes.c_void_p(self.cyc.data_ptr())
+        args = (ctypes.c_void_p * 3)(ctypes.cast(ctypes.byref(p_out), ctypes.c_void_p),
+                                     ctypes.cast(ctypes.byref(p_cyc), ctypes.c_void_p),
+                                     ctypes.cast(ctypes.byref(it), ctypes.c_void_p))
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        check_cu(cuda.cuLaunchKernel(self.fn, self.sms, 1, 1, self.threads, 1, 1, self.smem, stream, args, None), "cuLaunchKernel")
+
+    def flop(self, iters):
+        return self.sms * self.wgs * iters * 4 * (64 * self.n * 16 * 2)
+
+    def run(self, iters, launches):
+        """launches back to back: each one's ms (CUDA events), and the last
+        one's cycles (the slowest warpgroup of each CTA, median over the CTAs)."""
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(launches + 1)]
+        ev[0].record()
+        for i in range(launches):
+            self.launch(iters)
+            ev[i + 1].record()
         torch.cuda.synchronize()
+        ms = [ev[i].elapsed_time(ev[i + 1]) for i in range(launches)]
+        return ms, statistics.median(self.cyc.view(self.sms, self.wgs).max(dim=1).values.double().tolist())
+
+    def close(self):
+        cuda.cuModuleUnload(self.mod)
+
+
+def run(n, rs, wgs, sms, iters=4000):
+    loop = Loop(n, rs, wgs, sms)
+    times = []
+    for rep in range(4):  # the first launch is a warm-up
+        ms, cycles = loop.run(iters, 1)
         if rep:
-            times.append(e0.elapsed_time(e1))
-    c = cyc.view(sms, wgs).max(dim=1).values.double()
-    per = statistics.median(c.tolist()) / (iters * 4)  # cycles a wgmma of every warpgroup of the SM
+            times.append(ms[0])
+    per = cycles / (iters * 4)  # cycles a wgmma of every warpgroup of the SM
     flop = 64 * n * 16 * 2
     per_sm = wgs * flop / per
-    tf = sms * wgs * iters * 4 * flop / (statistics.median(times) * 1e-3) / 1e12
-    cuda.cuModuleUnload(mod)
+    tf = loop.flop(iters) / (statistics.median(times) * 1e-3) / 1e12
+    loop.close()
     return per / wgs, per_sm, tf
 
 def main():

@@ -126,9 +126,9 @@
 // for its tile's GEMM1 CTAs' count and adds itself to a second count that
 // GEMM2's CTAs of the tile wait for (the same release and acquire, the
 // same deadlock argument), so it runs beside GEMM1's last tiles; above,
-// over the grid, and GEMM2 waits for all of it. (Above 8192 tokens GEMM1's epilogue
-// again: the float32 workspace, 8 bytes a routing entry and feature, is
-// 3.2 GB at 8192 with Kimi's top-16.)
+// over the grid, and GEMM2 waits for all of it. (Above 8192 tokens
+// GEMM1's epilogue again: the float32 workspace, 8 bytes a routing entry
+// and feature, is 3.2 GB at 8192 with Kimi's top-16.)
 // KIMIMOE_FP4_ACT_MIN_M and KIMIMOE_FP4_ACT_MAX_M move that range (MAX 0:
 // never), to measure.
 //

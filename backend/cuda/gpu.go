@@ -1104,13 +1104,10 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 	// the activation kernel's CTAs wait for their tile there and count
 	// themselves in actDone[tile], GEMM2's CTAs wait for that (tt a tile).
 	var actDone devptr
-	readyTarget2 := w.N / abiF4RowsGemm1
+	ready2, readyTarget2 := ready, w.N/abiF4RowsGemm1 // what GEMM2 waits for
 	if actKernel && l.actByTile(m) {
-		ready, actDone, nReady, readyTarget2 = ws.ready, ws.ready+devptr(4*tiles), 2*tiles, tt
-	}
-	ready2 := ready // what GEMM2 waits for
-	if actDone != 0 {
-		ready2 = actDone
+		actDone = ws.ready + devptr(4*tiles)
+		ready, nReady, ready2, readyTarget2 = ws.ready, 2*tiles, actDone, tt
 	}
 	var gemm1, gemm2 func() error
 	switch {

@@ -554,7 +554,7 @@ struct Tile {
     int expert, row0, count;
 };
 
-__device__ __forceinline__ bool find_tile_tt(const int* offset, const int* tile_base, int elocal, int tt, int j, Tile* t) {
+__device__ __forceinline__ bool find_tile(const int* offset, const int* tile_base, int elocal, int tt, int j, Tile* t) {
     if (j >= tile_base[elocal]) return false;
     int e = expert_of(tile_base, elocal, j);
     t->expert = e;
@@ -562,27 +562,28 @@ __device__ __forceinline__ bool find_tile_tt(const int* offset, const int* tile_
     t->count = imin(tt, offset[e + 1] - t->row0);
     return true;
 }
-template <int TT>
-__device__ __forceinline__ bool find_tile(const int* offset, const int* tile_base, int elocal, int j, Tile* t) {
-    return find_tile_tt(offset, tile_base, elocal, TT, j, t);
+
+// block_find_tile finds this CTA's tile (blockIdx.y) once, in thread 0, and
+// gives it to every thread; false for a CTA past the last tile.
+__device__ __forceinline__ bool block_find_tile(const int* offset, const int* tile_base, int elocal, int tt, Tile* out) {
+    __shared__ Tile s_tile;
+    __shared__ int s_ok;
+    if (threadIdx.x == 0) s_ok = find_tile(offset, tile_base, elocal, tt, blockIdx.y, &s_tile);
+    __syncthreads();
+    *out = s_tile;
+    return s_ok;
 }
 
-// block_tile finds this CTA's tile (blockIdx.y) once, in thread 0, and
-// gives it to every thread; false for a CTA past the last tile. For a
-// tile it also writes src[i], the operand row of the tile's token i (-1
-// past its count): the token of slot row row0 + i (perm[row] / topk) where
-// perm is given, as GEMM1 reads x, else the slot row itself, as GEMM2
-// reads the intermediate; every thread sees src once it returns.
+// block_tile is block_find_tile that, for a tile, also writes src[i], the
+// operand row of the tile's token i (-1 past its count): the token of slot
+// row row0 + i (perm[row] / topk) where perm is given, as GEMM1 reads x,
+// else the slot row itself, as GEMM2 reads the intermediate; every thread
+// sees src once it returns.
 template <int TT>
 __device__ __forceinline__ bool block_tile(const int* offset, const int* tile_base, int elocal, const int* perm,
                                            int topk, int* src, Tile* out) {
     static_assert(TT <= KMOE_THREADS, "a thread per token row");
-    __shared__ Tile s_tile;
-    __shared__ int s_ok;
-    if (threadIdx.x == 0) s_ok = find_tile<TT>(offset, tile_base, elocal, blockIdx.y, &s_tile);
-    __syncthreads();
-    *out = s_tile;
-    if (!s_ok) return false;
+    if (!block_find_tile(offset, tile_base, elocal, TT, out)) return false;
     if (threadIdx.x < TT) {
         int i = threadIdx.x, row = out->row0 + i;
         src[i] = i < out->count ? (perm ? perm[row] / topk : row) : -1;
@@ -1953,7 +1954,7 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_DEEP2_BLOCKS
 // 4 (warp + i nwarps) + lane / 8, in 32-bit arithmetic: at most 2^32
 // blocks (the host's bound is entries x N / 32); with the index in 64
 // bits (a 64-bit division for the row) the kernel took 9% longer (f31).
-// rows: offset[e_local] of the routing.
+//
 // Blocks b0 .. b0 + 3 (below total), a warp: lane l the block b0 + l / 8.
 // Parameters of expert e, or (e < 0) of the row's expert where they
 // differ by expert.
@@ -1999,12 +2000,8 @@ __device__ __forceinline__ void act_requant_rows(const ActRequantArgs& a, int ro
 // has. The same blocks, values and stores as over the grid.
 template <int KIND>
 __device__ __forceinline__ void act_requant_tile(const ActRequantArgs& a) {
-    __shared__ Tile s_tile;
-    __shared__ int s_ok;
-    if (threadIdx.x == 0) s_ok = find_tile_tt(a.offset, a.tile_base, a.e_local, a.tt, blockIdx.y, &s_tile);
-    __syncthreads();
-    if (!s_ok) return;
-    const Tile tl = s_tile;
+    Tile tl;
+    if (!block_find_tile(a.offset, a.tile_base, a.e_local, a.tt, &tl)) return;
     tile_wait(a.ready + blockIdx.y, a.n / 64);
     if ((int)blockIdx.x < tl.count) {
         const u32 nb = (u32)a.n / 32, row = (u32)(tl.row0 + (int)blockIdx.x), end = (row + 1) * nb;
