@@ -364,7 +364,7 @@ const (
 )
 
 // f4Tiles are the instances' tokens per tile (the wgmma's N).
-var f4Tiles = []int{8, 16, 32, 64, 128}
+var f4Tiles = []int{8, 16, 32, 48, 64, 128}
 
 // f4FitTiles are the tiles with instances whose wgmma loop runs at N = the
 // tile's tokens rounded up to 8 (kmoe_f4_*_fit_t*, taken up to f4FitMaxM
@@ -372,7 +372,7 @@ var f4Tiles = []int{8, 16, 32, 64, 128}
 // ms, M=64 0.2164 -> 0.2052, M=256 0.5363 -> 0.5219, M=512 0.8837 ->
 // 0.8770; but M=1024 1.5112 -> 1.5486 and 2048 2.8700 -> 2.9322, where
 // the tiles are full and the kernel with one loop per N runs them slower.
-var f4FitTiles = []int{32, 64}
+var f4FitTiles = []int{32, 48, 64}
 
 // f4FitPipe is the fitted instance whose wgmma loop double-buffers its A
 // registers (a chunk's wgmmas in flight while the next chunk is widened),
@@ -395,8 +395,11 @@ const f4FitMaxMDefault = 512
 // f4ActMinMDefault and f4ActMaxMDefault bound the token counts whose GEMM1
 // epilogue runs as a kernel of its own (kmoe_act_requant; measured on the
 // H200, docs/PERF.md f30: 4.5% faster at M=128, 0.3-2% from 256 to 2048,
-// even at 4096, slower at 96 and below; f36, the kernel at four features a
-// lane: M=4096 and 8192 4% faster with it than with GEMM1's epilogue).
+// even at 4096, slower at 96 and below on 32-token tiles; f36, the kernel
+// at four features a lane: M=4096 and 8192 4% faster with it than with
+// GEMM1's epilogue; f39, on the 48-token tiles from M=89: M=89 0.2225 ->
+// 0.2139/0.2141 ms, 96 0.2267/0.2272 -> 0.2192/0.2185, 128 0.2541 without
+// it against 0.2419 with it).
 // Its grid: at most actCTAsSM CTAs an SM, each warp going over the routed
 // rows' 32-feature blocks four at a time. Its input, GEMM1's up and gate
 // in float32, takes 8 bytes a routing entry and feature, allocated for
@@ -404,7 +407,7 @@ const f4FitMaxMDefault = 512
 // read with 8 slots local): the upper bound keeps that workspace bounded,
 // GEMM1's epilogue taking larger M.
 const (
-	f4ActMinMDefault = 97
+	f4ActMinMDefault = 89
 	f4ActMaxMDefault = 8192
 	actCTAsSM        = 8
 )
@@ -421,7 +424,7 @@ const actByTileMaxMDefault = 192
 
 // f4Stages are the token chunks staged at once per tile size: deeper for
 // small tiles, whose stages are small and whose loop is latency-bound.
-var f4Stages = map[int]int{8: 8, 16: 6, 32: 5, 64: 4, 128: 3}
+var f4Stages = map[int]int{8: 8, 16: 6, 32: 5, 48: 4, 64: 4, 128: 3}
 
 // f4Ahead are the 128-k steps of weights each thread has in flight in
 // registers, per tile size, on the wgmma loop: 4 words a chunk, two chunks
@@ -431,7 +434,7 @@ var f4Stages = map[int]int{8: 8, 16: 6, 32: 5, 64: 4, 128: 3}
 // registers) lost 16% at M=8, 3 or 4 at 32 lost 8-45% at M=64. 16 tokens
 // took 3 (4-5% ahead of 2) until the scale pairs (f15) made counts even;
 // they run this loop only with KIMIMOE_FP4_SYNC=0.
-var f4Ahead = map[int]int{8: 2, 16: 2, 32: 2, 64: 4, 128: 2}
+var f4Ahead = map[int]int{8: 2, 16: 2, 32: 2, 48: 2, 64: 4, 128: 2}
 
 // f4Smem is the wgmma loop's dynamic shared memory: sizeof(F4Smem<nt>)
 // (the staged tokens, 128 k a stage, and the tile's source rows) and the
@@ -742,10 +745,10 @@ func abiHeader() string {
 		{"WG_SMEM_128", wgSmem(128)}, {"WG_SMEM_256", wgSmem(256)},
 		{"SMEM_ALIGN", abiSmemAlign},
 		{"F4_STAGES_T8", f4Stages[8]}, {"F4_STAGES_T16", f4Stages[16]}, {"F4_STAGES_T32", f4Stages[32]},
-		{"F4_STAGES_T64", f4Stages[64]}, {"F4_STAGES_T128", f4Stages[128]},
+		{"F4_STAGES_T48", f4Stages[48]}, {"F4_STAGES_T64", f4Stages[64]}, {"F4_STAGES_T128", f4Stages[128]},
 		{"F4_SMEM_T8", f4Smem(8)}, {"F4_SMEM_T128", f4Smem(128)},
 		{"F4_AHEAD_T8", f4Ahead[8]}, {"F4_AHEAD_T16", f4Ahead[16]}, {"F4_AHEAD_T32", f4Ahead[32]},
-		{"F4_AHEAD_T64", f4Ahead[64]}, {"F4_AHEAD_T128", f4Ahead[128]},
+		{"F4_AHEAD_T48", f4Ahead[48]}, {"F4_AHEAD_T64", f4Ahead[64]}, {"F4_AHEAD_T128", f4Ahead[128]},
 		{"F4S_WIN_K", abiF4SWinK}, {"F4S_AHEAD_T8", f4sAhead[8]}, {"F4S_AHEAD_T16", f4sAhead[16]},
 		{"F4S_BLOCKS_T8", f4sBlocks[8]}, {"F4S_BLOCKS_T16", f4sBlocks[16]},
 		{"F4S_DEEP2_AHEAD", f4sDeep2.ahead}, {"F4S_DEEP2_BLOCKS", f4sDeep2.blocks},

@@ -127,16 +127,23 @@ func (l *Layer) actByTile(m int) bool {
 // the Kimi shape (docs/PERF.md; KIMIMOE_FP4_TOKENS forces one): 16 up to
 // M=32 and 32 from 33 (with the fitted N, f23: 0.1778 against 0.1794 ms
 // at 32, 0.1847 against 0.1876 at 36, 0.1905 against 0.2019 at 44), 32 up
-// to M=96 (0.2067 ms at 64, 64: 0.2495; 0.2411 at 96, 64: 0.2769), 64
-// from M=128 (0.3086 ms at 128, 32: 0.3262; 0.3864 at 192, 32: 0.4028).
+// to M=88, 48 from 89 to 144 and 64 above (f39, two passes in one call:
+// M=88 0.2152/0.2157 ms at 32 against 0.2201/0.2205 at 48; M=96 0.2339/
+// 0.2342 against 0.2272/0.2268; M=128 0.2633/0.2640 at 64 against 0.2425/
+// 0.2434; M=144 0.2756/0.2760 against 0.2737/0.2739; M=160 0.2833/0.2845
+// against 0.3108/0.3105). With the bench's routing an expert gets about
+// 0.29 M tokens, so 48 holds one expert's tokens up to M = 144 or so, and
+// its instances run three CTAs an SM where 64's run two.
 func f4TileTokens(m int) int {
 	switch {
 	case m <= 24:
 		return 8
 	case m <= 32:
 		return 16
-	case m <= 96:
+	case m <= 88:
 		return 32
+	case m <= 144:
+		return 48
 	}
 	return 64
 }

@@ -1385,13 +1385,13 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_l2_flush(const L
 template <int NT>
 __device__ constexpr int f4_ahead() {
     return NT == 8 ? KMOE_F4_AHEAD_T8 : NT == 16 ? KMOE_F4_AHEAD_T16 : NT == 32 ? KMOE_F4_AHEAD_T32
-                                                                    : NT == 64 ? KMOE_F4_AHEAD_T64 : KMOE_F4_AHEAD_T128;
+                                    : NT == 48 ? KMOE_F4_AHEAD_T48 : NT == 64 ? KMOE_F4_AHEAD_T64 : KMOE_F4_AHEAD_T128;
 }
 
 template <int NT>
 __device__ constexpr int f4_stages() {
     return NT == 8 ? KMOE_F4_STAGES_T8 : NT == 16 ? KMOE_F4_STAGES_T16 : NT == 32 ? KMOE_F4_STAGES_T32
-                                                                      : NT == 64 ? KMOE_F4_STAGES_T64 : KMOE_F4_STAGES_T128;
+                                     : NT == 48 ? KMOE_F4_STAGES_T48 : NT == 64 ? KMOE_F4_STAGES_T64 : KMOE_F4_STAGES_T128;
 }
 
 // A stage holds one step: two 64-k chunks of the tile's tokens, each in
@@ -1906,24 +1906,30 @@ __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
 // 64-token instance), 2 f4_tile_ahead() x 5 loaded words. More CTAs an SM
 // pay more than the registers cost (H200, docs/PERF.md): four at NT = 8
 // (64 registers; 0.219 -> 0.199 ms at M=8 against three), three at 16 and
-// 32 (85; M=16 0.261 -> 0.223 ms against two, M=64 0.341 -> 0.304), two
-// at 64, one at 128.
+// 32 (85; M=16 0.261 -> 0.223 ms against two, M=64 0.341 -> 0.304), three
+// at 48 (f39: M=128 0.2637 -> 0.2430 ms against the 64-token tile at two;
+// a 56-token tile at three was slower than both, f40), two at 64, one at
+// 128.
 static_assert(KMOE_F4_TILE_MAX == 128, "the instances below");
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 4) kmoe_f4_gemm1_act_t8(const F4Gemm1Args a) { f4_gemm1_act<8, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_t16(const F4Gemm1Args a) { f4_gemm1_act<16, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_t32(const F4Gemm1Args a) { f4_gemm1_act<32, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_t48(const F4Gemm1Args a) { f4_gemm1_act<48, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm1_act_t64(const F4Gemm1Args a) { f4_gemm1_act<64, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm1_act_t128(const F4Gemm1Args a) { f4_gemm1_act<128, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 4) kmoe_f4_gemm2_t8(const F4Gemm2Args a) { f4_gemm2<8, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t16(const F4Gemm2Args a) { f4_gemm2<16, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t32(const F4Gemm2Args a) { f4_gemm2<32, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t48(const F4Gemm2Args a) { f4_gemm2<48, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm2_t64(const F4Gemm2Args a) { f4_gemm2<64, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm2_t128(const F4Gemm2Args a) { f4_gemm2<128, 0>(a); }
 // The wgmma loop at the tile's N (f4FitTiles; taken up to f4FitMaxM tokens).
 static_assert(KMOE_F4_FIT_TILE_MAX == 64, "the instances below");
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_fit_t32(const F4Gemm1Args a) { f4_gemm1_act<32, 0, true>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_fit_t48(const F4Gemm1Args a) { f4_gemm1_act<48, 0, true>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm1_act_fit_t64(const F4Gemm1Args a) { f4_gemm1_act<64, 0, true>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_fit_t32(const F4Gemm2Args a) { f4_gemm2<32, 0, true>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_fit_t48(const F4Gemm2Args a) { f4_gemm2<48, 0, true>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm2_fit_t64(const F4Gemm2Args a) { f4_gemm2<64, 0, true>(a); }
 // The mma.sync loop's instances (f4sTiles; steps ahead and CTAs an SM from
 // f4sAhead and f4sBlocks in abi.go), and GEMM2's 8-token variant for grids
