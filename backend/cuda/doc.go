@@ -114,10 +114,13 @@
 // the prologue zeroes the counters), so GEMM2's first tiles run in
 // GEMM1's last wave; safe from deadlock because GEMM2 is launched only
 // once every GEMM1 CTA has started. The 16-token tile skips the MMAs of
-// its second 8-token group when the tile holds 8 tokens or fewer. From 97
+// its second 8-token group when the tile holds 8 tokens or fewer. The
+// token tile grows with M (f4TileTokens: 8, 16, 32, then 48 from 89 to
+// 144 tokens at three CTAs an SM, 64 above at two). From 89
 // to 8192 tokens (f4ActMinMDefault, f4ActMaxMDefault; measured: 4.5% at
 // M=128, 4% at 4096 and 8192 since the kernel takes four features a
-// lane, slower below 97) GEMM1 stores its float32 up and gate and
+// lane, 3.5-4% at 89 and 96 on the 48-token tile, slower below on the
+// 32-token one) GEMM1 stores its float32 up and gate and
 // kmoe_act_requant, launched between the GEMMs, applies the activation
 // and the MXFP8 requantization with the same functions in the same order
 // as GEMM1's epilogue (the same bits), four 32-feature blocks a warp;
