@@ -3,7 +3,9 @@
 package cuda
 
 import (
+	"regexp"
 	"slices"
+	"strconv"
 	"testing"
 
 	"kimimoe/moe"
@@ -100,6 +102,36 @@ func TestF4SyncTiles(t *testing.T) {
 	l.f4NoSync = true
 	if l.f4SyncLoop(8) {
 		t.Error("KIMIMOE_FP4_SYNC=0 left tile 8 on the mma.sync loop")
+	}
+}
+
+// Each wgmma-fp4 instance's dynamic shared memory (f4Smem: its token
+// stages) fits as many CTAs an SM as its __launch_bounds__ asks for: the
+// 48-token tile runs three (f39), so its stages (f4Stages) are bounded by
+// that, not by one CTA's limit.
+func TestF4TileSmemFits(t *testing.T) {
+	// Shared memory an SM on sm_90: 228 KB, 1 KB of it reserved a CTA
+	// (CUDA C++ Programming Guide, compute capability 9.0).
+	const smemSM, reservedCTA = 228 << 10, 1 << 10
+	inst := regexp.MustCompile(`__launch_bounds__\(KMOE_THREADS, (\d+)\) (kmoe_f4_(?:gemm1_act|gemm2)(?:_fit)?_t(\d+))\(`)
+	seen := map[int]int{}
+	for _, m := range inst.FindAllStringSubmatch(kernelSource, -1) {
+		blocks, _ := strconv.Atoi(m[1])
+		nt, _ := strconv.Atoi(m[3])
+		seen[nt]++
+		// GEMM1's static s_amax, 4 bytes a token and warp.
+		if need := blocks * (f4Smem(nt) + 32*nt + reservedCTA); need > smemSM {
+			t.Errorf("%s: %d CTAs an SM need %d bytes of shared memory, the SM has %d", m[2], blocks, need, smemSM)
+		}
+	}
+	for _, nt := range f4Tiles {
+		want := 2 // GEMM1 and GEMM2, and their fitted instances where the tile has them
+		if slices.Contains(f4FitTiles, nt) {
+			want = 4
+		}
+		if seen[nt] != want {
+			t.Errorf("tile %d: %d instances with launch bounds in kernels/moe.cu, want %d", nt, seen[nt], want)
+		}
 	}
 }
 
