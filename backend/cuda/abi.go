@@ -433,7 +433,9 @@ var f4Stages = map[int]int{8: 8, 16: 6, 32: 5, 48: 4, 64: 4, 128: 3}
 // (docs/PERF.md f11): 4 at 64 beat 2 by 4-5%; 3 at 8 tokens (held to 64
 // registers) lost 16% at M=8, 3 or 4 at 32 lost 8-45% at M=64. 16 tokens
 // took 3 (4-5% ahead of 2) until the scale pairs (f15) made counts even;
-// they run this loop only with KIMIMOE_FP4_SYNC=0.
+// they run this loop only with KIMIMOE_FP4_SYNC=0. 48 tokens at 4 steps
+// ran 1.7x slower than at 2 (past three CTAs' registers; its stages, 3 to
+// 5, within 1% of each other: docs/PERF.md, the tried row after f40).
 var f4Ahead = map[int]int{8: 2, 16: 2, 32: 2, 48: 2, 64: 4, 128: 2}
 
 // f4Smem is the wgmma loop's dynamic shared memory: sizeof(F4Smem<nt>)
