@@ -56,13 +56,15 @@ func TestF4TileTokens(t *testing.T) {
 	}
 }
 
+// Shared memory an SM on sm_90: 228 KB, 1 KB of it reserved a CTA (CUDA
+// C++ Programming Guide, compute capability 9.0): what the tiles' CTAs an
+// SM must fit in (TestF4SyncTiles, TestF4TileSmemFits).
+const smemSM, reservedCTA = 228 << 10, 1 << 10
+
 // The barrier-free loop's tiles are tiles of the path, and the ones M up
 // to 32 takes (f4TileTokens); from 33 the wgmma loop runs, at each tile's
 // N up to f4FitMaxM tokens (f4Fit), at the tile's above.
 func TestF4SyncTiles(t *testing.T) {
-	// Shared memory an SM on sm_90: 228 KB, 1 KB of it reserved a CTA
-	// (CUDA C++ Programming Guide, compute capability 9.0).
-	const smemSM, reservedCTA = 228 << 10, 1 << 10
 	if w := abiF4SWinK; w%128 != 0 || abiThreads%(w/8) != 0 {
 		t.Errorf("a %d-k token window is not whole steps, or its rows not whole passes of the CTA", w)
 	}
@@ -110,9 +112,6 @@ func TestF4SyncTiles(t *testing.T) {
 // 48-token tile runs three (f39), so its stages (f4Stages) are bounded by
 // that, not by one CTA's limit.
 func TestF4TileSmemFits(t *testing.T) {
-	// Shared memory an SM on sm_90: 228 KB, 1 KB of it reserved a CTA
-	// (CUDA C++ Programming Guide, compute capability 9.0).
-	const smemSM, reservedCTA = 228 << 10, 1 << 10
 	inst := regexp.MustCompile(`__launch_bounds__\(KMOE_THREADS, (\d+)\) (kmoe_f4_(?:gemm1_act|gemm2)(?:_fit)?_t(\d+))\(`)
 	seen := map[int]int{}
 	for _, m := range inst.FindAllStringSubmatch(kernelSource, -1) {
