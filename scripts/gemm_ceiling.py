@@ -26,6 +26,7 @@ import os, statistics, sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import graph_capture
 import wgmma_rate as wr
 
 K, N, E, LOCAL = 3584, 3072, 28, 8
@@ -38,15 +39,7 @@ def flush():
 
 
 def time_graph(fn, rounds=20):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
+    g = graph_capture.capture(fn, 3)
     for _ in range(3):
         g.replay()
     ev = []
