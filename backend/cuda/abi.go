@@ -521,7 +521,7 @@ type actRequantArgs struct {
 	Params   devptr `c:"const float*"`
 	AQBF     devptr `c:"u8*" cname:"aqbf"`
 	TileBase devptr `c:"const int*"` // by tile (Done set): the routing's tiles of TT rows
-	Ready    devptr `c:"const int*"` // by tile: GEMM1's CTAs done with the tile (N/64 of them)
+	Ready    devptr `c:"const int*"` // by tile: GEMM1's CTAs done with the tile; each CTA waits for ReadyTarget
 	Done     devptr `c:"int*"`       // by tile, or 0: this kernel's CTAs done with the tile (TT of them), for GEMM2
 	N        int32
 	ELocal   int32
@@ -530,6 +530,9 @@ type actRequantArgs struct {
 	Chain    int32
 	Recipe   int32
 	TT       int32
+	// ReadyTarget is GEMM1's CTAs a tile (its grid's x: N / abiF4RowsGemm1),
+	// given by the host that sizes that grid, as for GEMM2's wait.
+	ReadyTarget int32
 }
 
 type f4Gemm2Args struct {

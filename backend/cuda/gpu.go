@@ -1111,7 +1111,8 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 	// the activation kernel's CTAs wait for their tile there and count
 	// themselves in actDone[tile], GEMM2's CTAs wait for that (tt a tile).
 	var actDone devptr
-	ready2, readyTarget2 := ready, w.N/abiF4RowsGemm1 // what GEMM2 waits for
+	gemm1CTAs := w.N / abiF4RowsGemm1        // GEMM1's CTAs a tile: what a wait on its counts waits for
+	ready2, readyTarget2 := ready, gemm1CTAs // what GEMM2 waits for
 	if actKernel && l.actByTile(m) {
 		actDone = ws.ready + devptr(4*tiles)
 		ready, nReady, ready2, readyTarget2 = ws.ready, 2*tiles, actDone, tt
@@ -1134,7 +1135,7 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 			launch1, launch2 = g1.launchWith, g2.launchWith
 		}
 		gemm1 = func() error {
-			return launch1([3]int{w.N / abiF4RowsGemm1, tiles, 1}, abiThreads, smem, s,
+			return launch1([3]int{gemm1CTAs, tiles, 1}, abiThreads, smem, s,
 				&f4Gemm1Args{XBF: ws.xbf, W: l.f4W31, WS: l.f4W31S, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
 					Params: l.params, AQBF: ws.aqbf, Ready: ready, UG: ws.ug, K: i32(w.K), N: i32(w.N), TopK: i32(topk), ELocal: i32(w.E),
 					Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
@@ -1236,7 +1237,8 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 			return launch(grid, abiThreads, 0, s,
 				&actRequantArgs{UG: ws.ug, Offset: ws.offset, Params: l.params, AQBF: ws.aqbf, TileBase: ws.tileBase, Ready: ready,
 					Done: actDone, N: i32(w.N), ELocal: i32(w.E), Kind: activationCode(l.spec.Activation),
-					NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe, TT: i32(tt)})
+					NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe, TT: i32(tt),
+					ReadyTarget: i32(gemm1CTAs)})
 		}})
 	}
 	return append(steps, step{"gemm2", gemm2}, finalize)

@@ -1997,7 +1997,8 @@ __device__ __forceinline__ void act_requant_rows(const ActRequantArgs& a, int ro
 }
 
 // By tile (a.done set; grid (TT, tiles)): CTA (r, t) takes row r of the
-// routing's tile t once GEMM1's N/64 CTAs of that tile have stored it
+// routing's tile t once GEMM1's CTAs of that tile (a.ready_target, the
+// host's count of GEMM1's grid columns) have stored it
 // (tile_wait on a.ready), and counts itself in done[t] (tile_signal, also
 // past the tile's rows, so GEMM2 waits for TT), so GEMM1's last tiles run
 // beside this kernel's first and GEMM2's tiles start as theirs are done.
@@ -2008,7 +2009,7 @@ template <int KIND>
 __device__ __forceinline__ void act_requant_tile(const ActRequantArgs& a) {
     Tile tl;
     if (!block_find_tile(a.offset, a.tile_base, a.e_local, a.tt, &tl)) return;
-    tile_wait(a.ready + blockIdx.y, a.n / 64);
+    tile_wait(a.ready + blockIdx.y, a.ready_target);
     if ((int)blockIdx.x < tl.count) {
         const u32 nb = (u32)a.n / 32, row = (u32)(tl.row0 + (int)blockIdx.x), end = (row + 1) * nb;
         const int e = a.n_params == 1 ? 0 : tl.expert;
