@@ -5,16 +5,21 @@
 # returns the 32-product sum exactly. It measures, for FP8 (E4M3 x E4M3,
 # float32 out) and for BF16 (BF16 x BF16, float32 out, the wgmma-fp4
 # path's MMA):
-#   1. two products, 1 and +-m 2^-s (m = 1, 1.5, 1.875): up to which
-#      spread s the sum is exact, and whether the lost bits are
+#   1. two products, 2^16 and +-m 2^(16-s) (m = 1, 1.5, 1.875): up to
+#      which spread s the sum is exact, and whether the lost bits are
 #      truncated (toward zero) or rounded;
-#   2. 1 and 31 products of 2^-s: whether the small ones are cut one by
-#      one (each aligned to the largest) or summed first;
+#   2. 2^16 and 31 products of 2^(16-s): whether the small ones are cut one by
+#      one (each aligned to the largest) or summed first; 2b. whether the
+#      window follows the largest product or the sum;
 #   3. MXFP8 x MXFP4 blocks as the layer has them (x: normal samples
 #      quantized to MXFP8 with the OCP scale rule, E4M3 codes of one
 #      block; w: E2M1 values, uniform codes), 32 products a sum: how many
 #      sums are exact, and the worst error in units of the float32 ulp of
-#      the exact sum.
+#      the exact sum;
+#   4. from the window parts 1 and 2b find, how many FP8 MMAs a block of
+#      those x would need if x were split by exponent into bands that each
+#      fit it (the exact FP8 scheme's cost), a token at a time and for a
+#      48-token tile, and the band sums checked on the tensor cores.
 # Each sum is one MMA of K = 32 (FP8: one wgmma k32; BF16: two wgmma k16,
 # the second adding to the first's accumulator, as the path's loop does),
 # computed three ways: a Triton kernel (tl.dot, one warpgroup: its PTX is
@@ -22,7 +27,9 @@
 # accumulation off and on), and exactly in float64 (every product and sum
 # here is exact in float64: at most 8 significant bits a product, 40 bits
 # of span). Run on the GPU machine (torch, triton):
-#   python3 scripts/accum_probe.py
+#   python3 scripts/accum_probe.py [ROUNDS]   (64: part 3's 64 x 64 x 64 sums)
+# Its output on the H200: docs/gpu-runs/experiments/accum_probe.log, read
+# in docs/PERF.md ("What the tensor cores keep of a block's sum").
 import sys, torch, triton, triton.language as tl
 
 dev = torch.device("cuda")
@@ -94,7 +101,10 @@ def factors(m, e):
     4 significant bits, e from -15 to 12): a normal (2^-6 .. 2^7), b a power
     of two down to E4M3's smallest subnormal, 2^-9."""
     a = max(-6, min(7, e))
+    if e - a > 8:  # only 2^16 itself: 2^8 x 2^8
+        a = e - 8
     b = e - a
+    assert abs(m) * 2.0**a <= 448, (m, e)
     assert -9 <= b <= 8, e
     return m * 2.0**a, 2.0**b
 
@@ -144,6 +154,16 @@ def many_small():
         print(f"{s:>4} " + " ".join(f"{(r[w][i] - 2.0**BIG) * 2.0**(s - BIG):>16.4f}" for w in cols))
 
 
+def sum_window():
+    print(f"2b. 16 products of 2^12 (their sum 2^16) and one of 2^(12 - s): the result minus 2^16 in units of 2^(12 - s)")
+    ss = list(range(4, 16))
+    r = sums([[(1.0, 12)] * 16 + [(1.0, 12 - s)] for s in ss])
+    cols = ["rn32"] + WAYS
+    print(f"{'s':>4} " + " ".join(f"{w:>16}" for w in cols))
+    for i, s in enumerate(ss):
+        print(f"{s:>4} " + " ".join(f"{(r[w][i] - 2.0**16) * 2.0**(s - 12):>16.4f}" for w in cols))
+
+
 def mx_blocks(rounds):
     print(f"3. MXFP8 x MXFP4 blocks ({rounds} x 64 x 64 sums of 32 products)")
     e2m1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6], dtype=torch.float64, device=dev)
@@ -172,13 +192,79 @@ def mx_blocks(rounds):
     return stats
 
 
+def bands_needed(xq):
+    """xq [T, 32] E4M3 values (float64), a token's block a row: the FP8 MMAs
+    an exact band split needs for each row. Parts 1 and 2b put the window
+    at 13 bits below the leading bit of the largest product or of the sum,
+    whichever is larger. A product x w, x = mx 2^ex (mx in [1, 2), its
+    lowest bit 2^(ex-3); a subnormal's 2^-9, as for ex = -6) and w an E2M1
+    value (magnitude below 2^3, lowest bit 2^-1 or more), is below 2^(ex+4)
+    with its lowest bit at 2^(ex-4) or more; 32 of them sum to less than
+    2^(ex_max+9), whose window keeps bits from 2^(ex_max-5): a band of x
+    exponents with ex_max - ex_min <= 1 keeps every bit of every product
+    and of every partial sum inside it. Bands taken greedily from the top."""
+    nz = xq != 0
+    ex = torch.floor(torch.log2(xq.abs().clamp_min(2.0**-6))).clamp_min(-6)
+    ex = torch.where(nz, ex, torch.full_like(ex, float("-inf")))
+    bands = torch.zeros(xq.shape[0], dtype=torch.int64, device=dev)
+    band_of = torch.full(xq.shape, -1, dtype=torch.int64, device=dev)  # each element's band, -1 for zeros
+    left = nz.clone()
+    while bool(left.any()):
+        top = torch.where(left, ex, torch.full_like(ex, float("-inf"))).amax(dim=1, keepdim=True)
+        take = left & (ex >= top - 1)
+        band_of = torch.where(take, bands[:, None].expand_as(band_of), band_of)
+        bands += take.any(dim=1).long()
+        left &= ~take
+    return bands, band_of
+
+
+def band_counts(rounds, tile):
+    print(f"4. the FP8 MMAs an exact band split needs a block ({rounds * 64} tokens' x blocks drawn as in part 3,")
+    print(f"   a tile's MMA serves {tile} tokens at once, so it needs the most of any of its tokens)")
+    g = torch.Generator(device=dev).manual_seed(20261201)
+    rows = []
+    for _ in range(rounds):
+        x = torch.randn(64, 32, generator=g, device=dev, dtype=torch.float64)
+        amax = x.abs().amax(dim=1, keepdim=True)
+        scale = torch.exp2(torch.floor(torch.log2(amax)) - 8)
+        rows.append((x / scale).clamp(-448, 448).float().to(E4M3).double())
+        torch.randint(0, 16, (32, 64), generator=g, device=dev)  # part 3's weights: the same x blocks
+    b, _ = bands_needed(torch.cat(rows))
+    hist = torch.bincount(b).tolist()
+    print(f"  a token's block: blocks with 0, 1, 2, ... bands {hist} of {b.numel()}, mean {b.double().mean():.3f}")
+    t = b[: b.numel() // tile * tile].view(-1, tile).amax(dim=1)
+    hist = torch.bincount(t).tolist()
+    print(f"  a {tile}-token tile: tiles with 0, 1, 2, ... bands {hist} of {t.numel()}, mean {t.double().mean():.3f}")
+    # The rule checked on the tensor cores: each band's 32-product sum (the
+    # other bands' x set to zero), against part 3's weights, as one FP8 MMA.
+    g = torch.Generator(device=dev).manual_seed(20261201)
+    e2m1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6], dtype=torch.float64, device=dev)
+    bad = n = 0
+    for _ in range(rounds // 8):
+        x = torch.randn(64, 32, generator=g, device=dev, dtype=torch.float64)
+        amax = x.abs().amax(dim=1, keepdim=True)
+        xq = (x / torch.exp2(torch.floor(torch.log2(amax)) - 8)).clamp(-448, 448).float().to(E4M3).double()
+        codes = torch.randint(0, 16, (32, 64), generator=g, device=dev)
+        w = e2m1[codes % 8] * (1 - 2 * (codes // 8)).double()
+        _, band_of = bands_needed(xq)
+        for k in range(int(band_of.max()) + 1):
+            xb = torch.where(band_of == k, xq, torch.zeros_like(xq))
+            got = triton_dot(xb.float().to(E4M3), w.float().to(E4M3)).double()
+            bad += int((got != xb @ w).sum())
+            n += got.numel()
+    print(f"  band sums as one FP8 MMA each (Triton): {bad} of {n} differ from the exact band sum")
+
+
 def main():
     torch.zeros(1, device=dev)
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, triton {triton.__version__}")
     print("Triton's PTX: FP8", wgmma_in_ptx(E4M3), "BF16", wgmma_in_ptx(torch.bfloat16))
     two_products()
     many_small()
-    mx_blocks(int(sys.argv[1]) if len(sys.argv) > 1 else 64)
+    sum_window()
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 64
+    mx_blocks(rounds)
+    band_counts(8 * rounds, 48)
 
 
 if __name__ == "__main__":
