@@ -19,7 +19,9 @@
 #   4. from the window parts 1 and 2b find, how many FP8 MMAs a block of
 #      those x would need if x were split by exponent into bands that each
 #      fit it (the exact FP8 scheme's cost), a token at a time and for a
-#      48-token tile, and the band sums checked on the tensor cores.
+#      48-token tile, and the band sums checked on the tensor cores;
+#   5. the same for int8 MMAs (exact int32 sums), whose bands span four
+#      binades of x.
 # Each sum is one MMA of K = 32 (FP8: one wgmma k32; BF16: two wgmma k16,
 # the second adding to the first's accumulator, as the path's loop does),
 # computed three ways: a Triton kernel (tl.dot, one warpgroup: its PTX is
@@ -46,6 +48,12 @@ def dot_kernel(a_ptr, b_ptr, c_ptr, N: tl.constexpr):
     b = tl.load(b_ptr + k[:, None] * N + n[None, :])
     c = tl.dot(a, b, out_dtype=tl.float32)
     tl.store(c_ptr + m[:, None] * N + n[None, :], c)
+
+
+def floor_log2(v):
+    """floor(log2 v) for v > 0, exactly (frexp: no rounding; the device's
+    log2 can land just below an exact power of two)."""
+    return (torch.frexp(v)[1] - 1).to(v.dtype)
 
 
 def triton_dot(a, b):
@@ -172,14 +180,14 @@ def mx_blocks(rounds):
     for _ in range(rounds):
         x = torch.randn(64, 32, generator=g, device=dev, dtype=torch.float64)
         amax = x.abs().amax(dim=1, keepdim=True)
-        scale = torch.exp2(torch.floor(torch.log2(amax)) - 8)  # OCP MX: 2^(floor(log2 amax) - emax(E4M3))
+        scale = torch.exp2(floor_log2(amax) - 8)  # OCP MX: 2^(floor(log2 amax) - emax(E4M3))
         xq = (x / scale).clamp(-448, 448).float().to(E4M3).double() # the block's E4M3 codes (the scale factors out)
         codes = torch.randint(0, 16, (32, 64), generator=g, device=dev)
         w = e2m1[codes % 8] * (1 - 2 * (codes // 8)).double()
         r = ways(xq, w)
         ex = r["exact"].float().double()  # rounded once to float32: the best a float32 result can be
         ulp = torch.where(ex == 0, torch.full_like(ex, 2.0**-149),
-                          torch.exp2(torch.floor(torch.log2(ex.abs())) - 23))
+                          torch.exp2(floor_log2(ex.abs()) - 23))
         for way in WAYS:
             d = (r[way] - ex).abs()
             st = stats[way]
@@ -192,7 +200,7 @@ def mx_blocks(rounds):
     return stats
 
 
-def bands_needed(xq):
+def bands_needed(xq, spread=1):
     """xq [T, 32] E4M3 values (float64), a token's block a row: the FP8 MMAs
     an exact band split needs for each row. Parts 1 and 2b put the window
     at 13 bits below the leading bit of the largest product or of the sum,
@@ -202,16 +210,17 @@ def bands_needed(xq):
     with its lowest bit at 2^(ex-4) or more; 32 of them sum to less than
     2^(ex_max+9), whose window keeps bits from 2^(ex_max-5): a band of x
     exponents with ex_max - ex_min <= 1 keeps every bit of every product
-    and of every partial sum inside it. Bands taken greedily from the top."""
+    and of every partial sum inside it (spread 1). Bands taken greedily
+    from the top; spread 3 is part 5's int8 bands."""
     nz = xq != 0
-    ex = torch.floor(torch.log2(xq.abs().clamp_min(2.0**-6))).clamp_min(-6)
+    ex = floor_log2(xq.abs().clamp_min(2.0**-6)).clamp_min(-6)
     ex = torch.where(nz, ex, torch.full_like(ex, float("-inf")))
     bands = torch.zeros(xq.shape[0], dtype=torch.int64, device=dev)
     band_of = torch.full(xq.shape, -1, dtype=torch.int64, device=dev)  # each element's band, -1 for zeros
     left = nz.clone()
     while bool(left.any()):
         top = torch.where(left, ex, torch.full_like(ex, float("-inf"))).amax(dim=1, keepdim=True)
-        take = left & (ex >= top - 1)
+        take = left & (ex >= top - spread)
         band_of = torch.where(take, bands[:, None].expand_as(band_of), band_of)
         bands += take.any(dim=1).long()
         left &= ~take
@@ -226,7 +235,7 @@ def band_counts(rounds, tile):
     for _ in range(rounds):
         x = torch.randn(64, 32, generator=g, device=dev, dtype=torch.float64)
         amax = x.abs().amax(dim=1, keepdim=True)
-        scale = torch.exp2(torch.floor(torch.log2(amax)) - 8)
+        scale = torch.exp2(floor_log2(amax) - 8)
         rows.append((x / scale).clamp(-448, 448).float().to(E4M3).double())
         torch.randint(0, 16, (32, 64), generator=g, device=dev)  # part 3's weights: the same x blocks
     b, _ = bands_needed(torch.cat(rows))
@@ -243,7 +252,7 @@ def band_counts(rounds, tile):
     for _ in range(rounds // 8):
         x = torch.randn(64, 32, generator=g, device=dev, dtype=torch.float64)
         amax = x.abs().amax(dim=1, keepdim=True)
-        xq = (x / torch.exp2(torch.floor(torch.log2(amax)) - 8)).clamp(-448, 448).float().to(E4M3).double()
+        xq = (x / torch.exp2(floor_log2(amax) - 8)).clamp(-448, 448).float().to(E4M3).double()
         codes = torch.randint(0, 16, (32, 64), generator=g, device=dev)
         w = e2m1[codes % 8] * (1 - 2 * (codes // 8)).double()
         _, band_of = bands_needed(xq)
@@ -253,6 +262,43 @@ def band_counts(rounds, tile):
             bad += int((got != xb @ w).sum())
             n += got.numel()
     print(f"  band sums as one FP8 MMA each (Triton): {bad} of {n} differ from the exact band sum")
+
+
+def int8_bands(rounds, tile):
+    """Part 5: the same split for the integer MMA (wgmma .s8, int32
+    accumulators, exact): a band's x as integers x / 2^base, base its
+    lowest bit, each at most 127: 4-bit significands (8..15) shifted by at
+    most 3, so a band spans four binades of x (ex_max - ex_min <= 3); w as
+    the integers 2w (0, 1, 2, 3, 4, 6, 8, 12); 32 products of at most
+    15 x 8 x 12 sum far inside int32. The same x blocks as part 4."""
+    print(f"5. the int8 MMAs an exact band split needs a block (the x of part 4; four binades a band)")
+    g = torch.Generator(device=dev).manual_seed(20261201)
+    rows = []
+    for _ in range(rounds):
+        x = torch.randn(64, 32, generator=g, device=dev, dtype=torch.float64)
+        amax = x.abs().amax(dim=1, keepdim=True)
+        rows.append((x / torch.exp2(floor_log2(amax) - 8)).clamp(-448, 448).float().to(E4M3).double())
+        torch.randint(0, 16, (32, 64), generator=g, device=dev)
+    xq = torch.cat(rows)
+    b, band_of = bands_needed(xq, 3)
+    # each band's integers fit int8: x / 2^(its lowest bit) at most 127
+    lsb = torch.where(xq.abs() >= 2.0**-6, torch.exp2(floor_log2(xq.abs().clamp_min(2.0**-6)) - 3),
+                      torch.full_like(xq, 2.0**-9))
+    worst = 0.0
+    for k in range(int(band_of.max()) + 1):
+        inb = band_of == k
+        if not bool(inb.any()):
+            continue
+        base = torch.where(inb, lsb, torch.full_like(lsb, float("inf"))).amin(dim=1, keepdim=True)
+        ints = torch.where(inb, xq.abs() / base, torch.zeros_like(xq))
+        assert bool((ints == ints.round()).all())
+        worst = max(worst, float(ints.max()))
+    print(f"  the largest band integer: {worst:.0f} (int8 holds 127)")
+    hist = torch.bincount(b).tolist()
+    print(f"  a token's block: blocks with 0, 1, 2, ... bands {hist} of {b.numel()}, mean {b.double().mean():.3f}")
+    t = b[: b.numel() // tile * tile].view(-1, tile).amax(dim=1)
+    hist = torch.bincount(t).tolist()
+    print(f"  a {tile}-token tile: tiles with 0, 1, 2, ... bands {hist} of {t.numel()}, mean {t.double().mean():.3f}")
 
 
 def main():
@@ -265,6 +311,7 @@ def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 64
     mx_blocks(rounds)
     band_counts(8 * rounds, 48)
+    int8_bands(8 * rounds, 48)
 
 
 if __name__ == "__main__":
