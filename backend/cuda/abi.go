@@ -293,8 +293,10 @@ type xBF16Args struct {
 	Pad     int32 `cname:"unused"`
 }
 
-// routeXBF16Args: the BF16 paths' one-launch prologue for at most
-// abiRouteCTAMax entries (route in one CTA, x as BF16 in the others).
+// routeXBF16Args: the BF16 paths' one-launch prologues: kmoe_route_x_bf16
+// for at most abiRouteCTAMax entries (route in one CTA, x as BF16 in the
+// others), kmoe_route_x_many above (a CTA an expert, each counting every
+// expert itself; one for pos = -1; x in the others).
 type routeXBF16Args struct {
 	X        devptr `c:"const float*"`
 	Codes    devptr `c:"const u8*"`
@@ -321,6 +323,16 @@ type routeXBF16Args struct {
 // (kmoe_route_count, kmoe_route_scatter). Its one warp scatters 32 entries
 // a step, so 1024 entries are 32 short steps.
 const abiRouteCTAMax = 1024
+
+// routeManyMaxMDefault is the most tokens whose prologue, above
+// abiRouteCTAMax entries, is the one launch of kmoe_route_x_many rather
+// than four (the memset, kmoe_x_bf16, kmoe_route_count,
+// kmoe_route_scatter); KIMIMOE_ROUTE_MANY_MAX_M moves it (0: never).
+// Measured on the H200 (docs/PERF.md f41, two passes, ms, four launches
+// against one): M=65 0.2076/0.2085 -> 0.2021/0.2019, 128 0.2505/0.2499 ->
+// 0.2434/0.2430, 512 0.7614/0.7689 -> 0.7556/0.7489, 8192 10.243/10.351
+// -> 10.247/10.196: faster to 512, even above, so at every M.
+const routeManyMaxMDefault = 8192
 
 type wgGemm1Args struct {
 	XBF      devptr `c:"const u8*" cname:"xbf"`
@@ -622,6 +634,7 @@ var (
 	kTestWiden4   = spec[testWiden4Args]("kmoe_test_widen4")
 	kXBF16        = spec[xBF16Args]("kmoe_x_bf16")
 	kRouteXBF16   = spec[routeXBF16Args]("kmoe_route_x_bf16")
+	kRouteXMany   = spec[routeXBF16Args]("kmoe_route_x_many")
 	kWGGemm1      = instances[wgGemm1Args]("kmoe_wg_gemm1_act_n", wgRows)
 	kWGGemm2      = instances[wgGemm2Args]("kmoe_wg_gemm2_n", wgRows)
 	kGatherRows   = spec[gatherRowsArgs]("kmoe_gather_rows")
@@ -657,7 +670,7 @@ var decodeSubtiles = []int{1, 2, 4}
 
 var kernelSpecs = func() []kernelSpec {
 	all := []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize,
-		kDecPrologue, kTestWiden4, kXBF16, kRouteXBF16, kGatherRows, kAddRows, kTestF4Widen, kF4SGemm2Deep, kL2Flush, kTestDivParam, kActRequant}
+		kDecPrologue, kTestWiden4, kXBF16, kRouteXBF16, kRouteXMany, kGatherRows, kAddRows, kTestF4Widen, kF4SGemm2Deep, kL2Flush, kTestDivParam, kActRequant}
 	for _, m := range []map[int]kernelSpec{kDecGemm1, kDecGemm2, kWGGemm1, kWGGemm2, kF4Gemm1, kF4Gemm2, kF4FitGemm1, kF4FitGemm2, kF4SGemm1, kF4SGemm2} {
 		for _, k := range m {
 			all = append(all, k)

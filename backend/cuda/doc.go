@@ -100,8 +100,12 @@
 // Up to abiRouteCTAMax (1024) routing entries (M x
 // top-k, local or not) the BF16 paths (this one and the wgmma path below) route in one CTA of a
 // single prologue launch whose other CTAs write x as BF16 (in a CUDA graph
-// each launch costs a gap); above it, the routing runs one CTA an expert
-// in two launches after a memset and x_bf16. SetFP4MaxM moves its
+// each launch costs a gap); above it, one launch too (kmoe_route_x_many,
+// up to routeManyMaxMDefault tokens; KIMIMOE_ROUTE_MANY_MAX_M moves it):
+// a CTA an expert that counts every expert's entries itself and scatters
+// its own, a CTA that writes pos = -1 for the entries of other ranks, x as
+// BF16 in the rest; with it off, four (a memset, x_bf16, route_count,
+// route_scatter). SetFP4MaxM moves its
 // threshold (0: off);
 // KIMIMOE_FP4_MAX_M sets it for every layer, KIMIMOE_FP4_TOKENS forces a
 // token tile, KIMIMOE_FP4_FIT_MAX_M moves the fitted N's threshold (0:

@@ -103,7 +103,10 @@ func TestF4Path(t *testing.T) {
 			}
 			_, apart := prof["x_bf16"]
 			_, fused := prof["route_x_bf16"] // the one-launch prologue, up to abiRouteCTAMax entries
-			if ran := apart || fused; ran != on || fused != (on && m*s.TopK <= abiRouteCTAMax) {
+			_, many := prof["route_x_many"]  // and above
+			wantFused := on && m*s.TopK <= abiRouteCTAMax
+			wantMany := on && !wantFused && m <= l.routeManyMaxM
+			if ran := apart || fused || many; ran != on || fused != wantFused || many != wantMany {
 				t.Errorf("M=%d fp4=%v: the steps run were %v", m, on, prof)
 			}
 		}
@@ -217,6 +220,51 @@ func TestF4TileReady(t *testing.T) {
 		t.Logf("M=%d: %d values bitwise equal either way", m, len(outs[0]))
 	}
 	set(false)
+}
+
+// TestRouteXMany: the one-launch prologue above abiRouteCTAMax entries
+// (kmoe_route_x_many: a CTA an expert, each counting every expert itself;
+// one CTA for pos = -1; x as BF16 in the others) gives the bits of the four
+// launches it replaces (the memset, kmoe_x_bf16, kmoe_route_count,
+// kmoe_route_scatter) on the Kimi layer, whose EP filter leaves half the
+// entries to other ranks: just past the one-CTA routing (M=65), on the
+// 48-token tile with its ready counts (128) and past the activation
+// kernel by tile (300). Each forward follows one of another input, so a
+// pos not rewritten (no memset now) or a count left over would show; and
+// the profile shows which prologue ran.
+func TestRouteXMany(t *testing.T) {
+	_, l, s, w, _ := kimiSM90aLayer(t, "the wgmma-fp4 path")
+	if err := l.SetDecodeMaxM(-1); err != nil {
+		t.Fatal(err)
+	}
+	set := func(maxM int) {
+		t.Helper()
+		setLayer(t, l, func() { l.routeManyMaxM = maxM })
+	}
+	for _, m := range []int{65, 128, 300} {
+		if l.PathFor(m) != "wgmma-fp4" || m*s.TopK <= abiRouteCTAMax {
+			t.Fatalf("M=%d: path %s, %d entries", m, l.PathFor(m), m*s.TopK)
+		}
+		in := [2]*moe.Input{kimiInput(t, s, w, m, uint64(9700+10*m)), kimiInput(t, s, w, m, uint64(9700+10*m+1))}
+		var outs [2][]float32
+		for i, maxM := range []int{0, routeManyMaxMDefault} {
+			set(maxM)
+			forwardOut(t, l, in[0], m)
+			outs[i] = forwardOut(t, l, in[1], m)
+			prof, err := l.Profile(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, many := prof["route_x_many"]
+			_, apart := prof["route_scatter"]
+			if many != (maxM >= m) || apart == many {
+				t.Errorf("M=%d, KIMIMOE_ROUTE_MANY_MAX_M=%d: the steps run were %v", m, maxM, prof)
+			}
+		}
+		requireSameBits(t, m, "kmoe_route_x_many", outs[1], "the four launches", outs[0])
+		t.Logf("M=%d: %d values bitwise equal either way", m, len(outs[0]))
+	}
+	set(routeManyMaxMDefault)
 }
 
 // TestF4ActKernel: GEMM1's activation and requantization as a kernel of

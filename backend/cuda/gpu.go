@@ -288,6 +288,7 @@ type kernels struct {
 	addRows      kernel[addRowsArgs]
 	xBF16        kernel[xBF16Args]
 	routeXBF16   kernel[routeXBF16Args]
+	routeXMany   kernel[routeXBF16Args]
 	wgGemm1      map[int]kernel[wgGemm1Args] // by weight rows per tile
 	wgGemm2      map[int]kernel[wgGemm2Args]
 	f4Gemm1      map[int]kernel[f4Gemm1Args] // by token tile
@@ -334,6 +335,8 @@ func loadKernels(m cuModule) (*kernels, error) {
 	k.xBF16, err = bind[xBF16Args](m, kXBF16)
 	add(err)
 	k.routeXBF16, err = bind[routeXBF16Args](m, kRouteXBF16)
+	add(err)
+	k.routeXMany, err = bind[routeXBF16Args](m, kRouteXMany)
 	add(err)
 	k.wgGemm1, err = bindAll[wgGemm1Args](m, kWGGemm1, wgSmem)
 	add(err)
@@ -600,7 +603,7 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 	}
 	l := &Layer{b: b, w: w, spec: spec, numGlobal: numGlobal, decodeMaxM: decodeMaxM, wgMinM: wgMinM, f4MaxM: f4MaxMDefault,
 		ws: map[int]*workspace{}, f4FitMaxM: f4FitMaxMDefault, f4ActMinM: f4ActMinMDefault, f4ActMaxM: f4ActMaxMDefault,
-		actByTileMaxM: actByTileMaxMDefault}
+		actByTileMaxM: actByTileMaxMDefault, routeManyMaxM: routeManyMaxMDefault}
 	// Path settings from the environment, to run a whole suite or bench on
 	// one path (the Set* methods do the same per layer).
 	for _, e := range []struct {
@@ -616,6 +619,7 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 		{"KIMIMOE_FP4_ACT_MIN_M", 1, &l.f4ActMinM},         // the activation kernel's token counts (f4ActKernel)
 		{"KIMIMOE_FP4_ACT_MAX_M", 0, &l.f4ActMaxM},         // 0: never
 		{"KIMIMOE_ACT_BY_TILE_MAX_M", 0, &l.actByTileMaxM}, // 0: never (actByTile)
+		{"KIMIMOE_ROUTE_MANY_MAX_M", 0, &l.routeManyMaxM},  // 0: never (kmoe_route_x_many)
 	} {
 		if v := os.Getenv(e.name); v != "" {
 			n, err := strconv.Atoi(v)
@@ -789,6 +793,7 @@ type Layer struct {
 	f4ActMinM     int // token counts whose GEMM1 epilogue runs as a kernel of its own (f4ActKernel)
 	f4ActMaxM     int
 	actByTileMaxM int                // the most tokens whose activation kernel runs by tile (actByTile)
+	routeManyMaxM int                // the most tokens whose prologue is kmoe_route_x_many above abiRouteCTAMax entries
 	f4NoSync      bool               // KIMIMOE_FP4_SYNC=0: the small tiles on the wgmma loop too
 	noPDL         bool               // KIMIMOE_PDL=0: no programmatic dependent launch on the wgmma-fp4 path
 	noTileReady   bool               // KIMIMOE_TILE_READY=0: GEMM2 waits for all of GEMM1 (pdl_wait), not its tile
@@ -1213,13 +1218,19 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 					NEntries: i32(entries), Rank: i32(l.epRank), ELocal: i32(w.E), TT: i32(tt)})
 		}},
 	}
-	if (wg || f4) && entries <= abiRouteCTAMax { // one launch instead
+	routeX := &routeXBF16Args{X: ws.x, Codes: ws.xq, Scales: ws.xs, IDs: ws.ids, Out: ws.xbf, Pos: ws.pos, Perm: ws.perm,
+		Offset: ws.offset, TileBase: ws.tileBase, Ready: ready, NBlocks: i32(nblocks), NEntries: i32(entries), Rank: i32(l.epRank),
+		ELocal: i32(w.E), TT: i32(tt), Recipe: recipe, Form: form, NReady: i32(nReady)}
+	switch {
+	case (wg || f4) && entries <= abiRouteCTAMax: // one launch instead
 		xCTAs := min((nblocks+abiThreads/32-1)/(abiThreads/32), 2*l.b.sms)
 		prologue = []step{{"route_x_bf16", func() error {
-			return k.routeXBF16.launchWith([3]int{1 + xCTAs, 1, 1}, abiThreads, 4*(w.E+1), s,
-				&routeXBF16Args{X: ws.x, Codes: ws.xq, Scales: ws.xs, IDs: ws.ids, Out: ws.xbf, Pos: ws.pos, Perm: ws.perm,
-					Offset: ws.offset, TileBase: ws.tileBase, Ready: ready, NBlocks: i32(nblocks), NEntries: i32(entries), Rank: i32(l.epRank),
-					ELocal: i32(w.E), TT: i32(tt), Recipe: recipe, Form: form, NReady: i32(nReady)})
+			return k.routeXBF16.launchWith([3]int{1 + xCTAs, 1, 1}, abiThreads, 4*(w.E+1), s, routeX)
+		}}}
+	case (wg || f4) && m <= l.routeManyMaxM: // one launch: a CTA an expert, one for pos = -1, x four blocks a warp
+		xCTAs := ((nblocks+3)/4*32 + abiThreads - 1) / abiThreads
+		prologue = []step{{"route_x_many", func() error {
+			return k.routeXMany.launchWith([3]int{w.E + 1 + xCTAs, 1, 1}, abiThreads, 4*w.E, s, routeX)
 		}}}
 	}
 	steps := append(prologue, step{"gemm1_act", gemm1})

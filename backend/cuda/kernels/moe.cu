@@ -297,8 +297,7 @@ static_assert(ROUTE_PER == 8, "a group is two 16-byte loads");
 // ROUTE_PER) are routed to local expert e: bit q for entry i + q. ids is a
 // device allocation (16-byte aligned), so a whole group is two 16-byte
 // loads; past n an entry reads as -1, routed nowhere.
-__device__ __forceinline__ u32 route_mine(const int* __restrict__ ids, int i, int n, int rank, int elocal, int e) {
-    int id[ROUTE_PER];
+__device__ __forceinline__ void route_ids(const int* __restrict__ ids, int i, int n, int (&id)[ROUTE_PER]) {
     if (i + ROUTE_PER <= n) {
         const int4 lo = *(const int4*)&ids[i], hi = *(const int4*)&ids[i + 4];
         id[0] = lo.x, id[1] = lo.y, id[2] = lo.z, id[3] = lo.w, id[4] = hi.x, id[5] = hi.y, id[6] = hi.z, id[7] = hi.w;
@@ -306,6 +305,11 @@ __device__ __forceinline__ u32 route_mine(const int* __restrict__ ids, int i, in
 #pragma unroll
         for (int q = 0; q < ROUTE_PER; q++) id[q] = i + q < n ? ids[i + q] : -1;
     }
+}
+
+__device__ __forceinline__ u32 route_mine(const int* __restrict__ ids, int i, int n, int rank, int elocal, int e) {
+    int id[ROUTE_PER];
+    route_ids(ids, i, n, id);
     u32 mine = 0;
 #pragma unroll
     for (int q = 0; q < ROUTE_PER; q++) mine |= (u32)(local_expert(id[q], rank, elocal) == e) << q;
@@ -333,24 +337,25 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_count(cons
 // entries routed to expert e at rows offset[e]..; pos[entry] = row. Also
 // tile_base[e] = sum over e' < e of ceil(count/TT), and tile_base[E] and
 // offset[E] totals. grid = E_local, block 256 (8 warps), ROUTE_PER
-// consecutive entries a thread at a time.
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_scatter(const RouteScatterArgs a) {
-    const int* __restrict__ counts = a.counts;
-    int nentries = a.n_entries, rank = a.rank, elocal = a.e_local, tt = a.tt;
+// consecutive entries a thread at a time. route_scatter_expert is CTA e's
+// part, given every expert's count (global or shared memory); the whole
+// CTA calls it (kmoe_route_scatter, kmoe_route_x_many).
+__device__ void route_scatter_expert(const int* __restrict__ ids, int nentries, int rank, int elocal, int e, int tt,
+                                     const int* counts, int* __restrict__ offset, int* __restrict__ tile_base,
+                                     int* __restrict__ perm, int* __restrict__ pos) {
     __shared__ int s_off, s_run;
     __shared__ int warpcnt[KMOE_THREADS / 32];
-    int e = blockIdx.x;
     if (threadIdx.x == 0) {
         int off = 0, tb = 0;
         for (int i = 0; i < e; i++) {
             off += counts[i];
             tb += (counts[i] + tt - 1) / tt;
         }
-        a.offset[e] = off;
-        a.tile_base[e] = tb;
+        offset[e] = off;
+        tile_base[e] = tb;
         if (e == elocal - 1) {
-            a.offset[elocal] = off + counts[e];
-            a.tile_base[elocal] = tb + (counts[e] + tt - 1) / tt;
+            offset[elocal] = off + counts[e];
+            tile_base[elocal] = tb + (counts[e] + tt - 1) / tt;
         }
         s_off = off;
         s_run = 0;
@@ -359,7 +364,7 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_scatter(co
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int base = 0; base < nentries; base += blockDim.x * ROUTE_PER) {
         int i0 = base + threadIdx.x * ROUTE_PER;
-        u32 mine = route_mine(a.ids, i0, nentries, rank, elocal, e);
+        u32 mine = route_mine(ids, i0, nentries, rank, elocal, e);
         int c = __popc(mine), incl = c; // inclusive scan of c over the warp's lanes
         for (int o = 1; o < 32; o <<= 1) {
             int y = __shfl_up_sync(0xFFFFFFFFu, incl, o);
@@ -371,8 +376,8 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_scatter(co
         for (int w = 0; w < warp; w++) row += warpcnt[w];
         for (; mine != 0u; mine &= mine - 1u) {
             int i = i0 + __ffs(mine) - 1;
-            a.perm[row] = i;
-            a.pos[i] = row++;
+            perm[row] = i;
+            pos[i] = row++;
         }
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -382,6 +387,11 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_scatter(co
         }
         __syncthreads();
     }
+}
+
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_scatter(const RouteScatterArgs a) {
+    route_scatter_expert(a.ids, a.n_entries, a.rank, a.e_local, blockIdx.x, a.tt, a.counts, a.offset, a.tile_base, a.perm,
+                         a.pos);
 }
 
 // Routing in one CTA, for few entries (the decode prologue, and the BF16
@@ -1037,6 +1047,52 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_x_bf16(con
         x_bf16_block(a.x, a.codes, a.scales, a.out, a.form, a.recipe, b, threadIdx.x & 31);
     if (blockIdx.x == 1) // the wgmma-fp4 GEMMs' per-tile counts (tile_signal)
         for (int j = threadIdx.x; j < a.n_ready; j += blockDim.x) a.ready[j] = 0;
+}
+
+// The BF16 paths' prologue for more entries, in one launch instead of four
+// (the memset of pos and the tile counts, kmoe_x_bf16, kmoe_route_count,
+// kmoe_route_scatter): CTA e < e_local counts every local expert's entries
+// itself (in shared memory: the ids are a few hundred KB at most, read by
+// each such CTA from L2) and scatters expert e's as kmoe_route_scatter's
+// CTA e does, so no CTA waits for another; CTA e_local writes pos = -1 for
+// the entries routed to no local expert (each entry's pos is written once,
+// so no memset) and zeroes the tile counts; the others write x as BF16,
+// four blocks a warp (kmoe_x_bf16's form). The same values as the four
+// launches. Dynamic shared memory: 4 e_local bytes.
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_x_many(const RouteXBF16Args a) {
+    extern __shared__ int s_counts[]; // [e_local]
+    pdl_trigger(); // GEMM1's CTAs launched now wait for this kernel in their pdl_wait
+    const int elocal = a.e_local, n = a.n_entries;
+    if ((int)blockIdx.x < elocal) {
+        for (int e = threadIdx.x; e < elocal; e += blockDim.x) s_counts[e] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x * ROUTE_PER; i < n; i += blockDim.x * ROUTE_PER) {
+            int id[ROUTE_PER];
+            route_ids(a.ids, i, n, id);
+#pragma unroll
+            for (int q = 0; q < ROUTE_PER; q++) {
+                const int e = local_expert(id[q], a.rank, elocal);
+                if (e >= 0) atomicAdd(&s_counts[e], 1);
+            }
+        }
+        __syncthreads();
+        route_scatter_expert(a.ids, n, a.rank, elocal, blockIdx.x, a.tt, s_counts, a.offset, a.tile_base, a.perm, a.pos);
+        return;
+    }
+    if ((int)blockIdx.x == elocal) {
+        for (int i = threadIdx.x * ROUTE_PER; i < n; i += blockDim.x * ROUTE_PER) {
+            int id[ROUTE_PER];
+            route_ids(a.ids, i, n, id);
+#pragma unroll
+            for (int q = 0; q < ROUTE_PER; q++)
+                if (i + q < n && local_expert(id[q], a.rank, elocal) < 0) a.pos[i + q] = -1;
+        }
+        for (int j = threadIdx.x; j < a.n_ready; j += blockDim.x) a.ready[j] = 0;
+        return;
+    }
+    const u32 warp = ((blockIdx.x - elocal - 1) * blockDim.x + threadIdx.x) >> 5;
+    if (4 * warp >= (u32)a.n_blocks) return;
+    x_bf16_blocks4(a.x, a.codes, a.scales, a.out, a.form, a.recipe, (u32)a.n_blocks, 4 * warp, threadIdx.x & 31);
 }
 
 #if defined(WG_ENABLED)
