@@ -43,7 +43,7 @@ const (
 	abiGemm2Rows     = 128 // output rows (features of K) per GEMM2 CTA: grid.x = K / 128
 	abiTileSmall     = 64  // token tiles: TT instances
 	abiTileLarge     = 128
-	abiFinalizeCols  = 256 // output columns per finalize CTA
+	abiFinalizeCols  = 1024 // output columns per finalize CTA: four a thread
 )
 
 // Activation parameters are packed per expert as abiParamStride float32s

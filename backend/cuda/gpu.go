@@ -1195,7 +1195,7 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 		launchFin = k.finalize.launchPDL
 	}
 	finalize := step{"finalize", func() error {
-		return launchFin([3]int{m, (w.K + abiFinalizeCols - 1) / abiFinalizeCols, 1}, abiFinalizeCols, 0, s,
+		return launchFin([3]int{m, (w.K + abiFinalizeCols - 1) / abiFinalizeCols, 1}, abiThreads, 0, s,
 			&finalizeArgs{Y: ws.y, Pos: ws.pos, Wts: ws.wts, Out: ws.out, TopK: i32(topk), K: i32(w.K)})
 	}}
 	prologue := []step{

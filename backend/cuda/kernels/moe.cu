@@ -2340,23 +2340,44 @@ extern "C" __global__ void __launch_bounds__(KMOE_DECODE_THREADS) kmoe_decode_ge
 
 // out[t, :] = sum over slots k in order of w[t,k] * y[pos[t,k], :] (local
 // slots only). grid = (M, K / KMOE_FINALIZE_COLS rounded up), block
-// KMOE_FINALIZE_COLS. No atomics.
-static_assert(KMOE_FINALIZE_COLS == KMOE_THREADS, "one column per thread");
+// KMOE_THREADS, four columns a thread (K is a multiple of 32, so y's and
+// out's rows are 16-byte aligned). No atomics. A group of FIN_SLOTS slots
+// has its positions, weights and y loads issued before any is summed, so a
+// token's rows are read in one round trip, not one after another (the
+// forward's last link at small M); the sum stays in slot order, each term
+// rounded as w * y then added, as before.
+#define FIN_SLOTS 8
+static_assert(KMOE_FINALIZE_COLS == 4 * KMOE_THREADS, "four columns a thread");
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_finalize(const FinalizeArgs a) {
     pdl_wait(); // y (GEMM2)
-    int tok = blockIdx.x;
-    int f = blockIdx.y * blockDim.x + threadIdx.x;
-    int topk = a.top_k, K = a.k;
+    const int tok = blockIdx.x, topk = a.top_k, K = a.k;
+    const int f = 4 * (blockIdx.y * blockDim.x + threadIdx.x);
     if (f >= K) return;
+    const int* __restrict__ pos = a.pos + (u64)tok * topk;
+    const float* __restrict__ wts = a.wts + (u64)tok * topk;
     const float* __restrict__ y = a.y;
-    const int* __restrict__ pos = a.pos;
-    const float* __restrict__ wts = a.wts;
-    float acc = 0.0f;
-    for (int k = 0; k < topk; k++) {
-        int p = pos[tok * topk + k];
-        if (p >= 0) acc += wts[tok * topk + k] * y[(u64)p * K + f];
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int k0 = 0; k0 < topk; k0 += FIN_SLOTS) {
+        int p[FIN_SLOTS];
+        float w[FIN_SLOTS];
+        float4 v[FIN_SLOTS];
+#pragma unroll
+        for (int j = 0; j < FIN_SLOTS; j++) p[j] = k0 + j < topk ? pos[k0 + j] : -1;
+#pragma unroll
+        for (int j = 0; j < FIN_SLOTS; j++) {
+            w[j] = p[j] >= 0 ? wts[k0 + j] : 0.0f;
+            v[j] = p[j] >= 0 ? *(const float4*)&y[(u64)p[j] * K + f] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+#pragma unroll
+        for (int j = 0; j < FIN_SLOTS; j++)
+            if (p[j] >= 0) {
+                acc.x += w[j] * v[j].x;
+                acc.y += w[j] * v[j].y;
+                acc.z += w[j] * v[j].z;
+                acc.w += w[j] * v[j].w;
+            }
     }
-    a.out[(u64)tok * K + f] = acc;
+    *(float4*)&a.out[(u64)tok * K + f] = acc;
 }
 
 // ------------------------------------ expert parallelism across devices --
