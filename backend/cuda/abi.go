@@ -320,8 +320,9 @@ type routeXBF16Args struct {
 
 // abiRouteCTAMax is the most entries (tokens x top-k) the one-CTA routing
 // of kmoe_route_x_bf16 takes; above it the routing runs one CTA an expert
-// (kmoe_route_count, kmoe_route_scatter). Its one warp scatters 32 entries
-// a step, so 1024 entries are 32 short steps.
+// (kmoe_route_x_many, or kmoe_route_count and kmoe_route_scatter past
+// routeManyMaxMDefault). Its one warp scatters 32 entries a step, so 1024
+// entries are 32 short steps.
 const abiRouteCTAMax = 1024
 
 // routeManyMaxMDefault is the most tokens whose prologue, above

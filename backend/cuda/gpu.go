@@ -1177,6 +1177,7 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 		}
 	}
 	nblocks := m * w.K / 32
+	xCTAs4 := ((nblocks+3)/4*32 + abiThreads - 1) / abiThreads // x as BF16 four blocks a warp (kmoe_x_bf16, kmoe_route_x_many)
 	xstep := step{"quantize_x", func() error {
 		if ws.form != formFloat {
 			return nil
@@ -1186,7 +1187,7 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 	}}
 	if wg || f4 { // the BF16 GEMMs read x as BF16
 		xstep = step{"x_bf16", func() error {
-			return k.xBF16.launch([3]int{((nblocks+3)/4*32 + abiThreads - 1) / abiThreads, 1, 1}, s, // four blocks a warp
+			return k.xBF16.launch([3]int{xCTAs4, 1, 1}, s,
 				&xBF16Args{X: ws.x, Codes: ws.xq, Scales: ws.xs, Out: ws.xbf, NBlocks: i32(nblocks), Recipe: recipe, Form: form})
 		}}
 	}
@@ -1228,9 +1229,8 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 			return k.routeXBF16.launchWith([3]int{1 + xCTAs, 1, 1}, abiThreads, 4*(w.E+1), s, routeX)
 		}}}
 	case (wg || f4) && m <= l.routeManyMaxM: // one launch: a CTA an expert, one for pos = -1, x four blocks a warp
-		xCTAs := ((nblocks+3)/4*32 + abiThreads - 1) / abiThreads
 		prologue = []step{{"route_x_many", func() error {
-			return k.routeXMany.launchWith([3]int{w.E + 1 + xCTAs, 1, 1}, abiThreads, 4*w.E, s, routeX)
+			return k.routeXMany.launchWith([3]int{w.E + 1 + xCTAs4, 1, 1}, abiThreads, 4*w.E, s, routeX)
 		}}}
 	}
 	steps := append(prologue, step{"gemm1_act", gemm1})
