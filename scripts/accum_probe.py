@@ -172,18 +172,28 @@ def sum_window():
         print(f"{s:>4} " + " ".join(f"{(r[w][i] - 2.0**16) * 2.0**(s - 12):>16.4f}" for w in cols))
 
 
-def mx_blocks(rounds):
-    print(f"3. MXFP8 x MXFP4 blocks ({rounds} x 64 x 64 sums of 32 products)")
+def mx_draw(rounds):
+    """The MXFP8 x MXFP4 blocks of parts 3 to 5, drawn in one order from one
+    seed, a round at a time: 64 tokens' x blocks (normal samples quantized
+    to an MXFP8 block, the scale 2^(floor(log2 amax) - 8), the OCP rule;
+    their E4M3 codes, the scale factoring out) and 64 weight rows' blocks
+    (E2M1 values, uniform codes), as ([64, 32], [32, 64]) float64 pairs."""
     e2m1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6], dtype=torch.float64, device=dev)
     g = torch.Generator(device=dev).manual_seed(20261201)
-    stats = {w: [0, 0, 0.0] for w in WAYS}  # sums not the rounded exact one, sums, worst |error| in its ulps
+    blocks = []
     for _ in range(rounds):
         x = torch.randn(64, 32, generator=g, device=dev, dtype=torch.float64)
         amax = x.abs().amax(dim=1, keepdim=True)
-        scale = torch.exp2(floor_log2(amax) - 8)  # OCP MX: 2^(floor(log2 amax) - emax(E4M3))
-        xq = (x / scale).clamp(-448, 448).float().to(E4M3).double() # the block's E4M3 codes (the scale factors out)
+        xq = (x / torch.exp2(floor_log2(amax) - 8)).clamp(-448, 448).float().to(E4M3).double()
         codes = torch.randint(0, 16, (32, 64), generator=g, device=dev)
-        w = e2m1[codes % 8] * (1 - 2 * (codes // 8)).double()
+        blocks.append((xq, e2m1[codes % 8] * (1 - 2 * (codes // 8)).double()))
+    return blocks
+
+
+def mx_blocks(blocks):
+    print(f"3. MXFP8 x MXFP4 blocks ({len(blocks)} x 64 x 64 sums of 32 products)")
+    stats = {w: [0, 0, 0.0] for w in WAYS}  # sums not the rounded exact one, sums, worst |error| in its ulps
+    for xq, w in blocks:
         r = ways(xq, w)
         ex = r["exact"].float().double()  # rounded once to float32: the best a float32 result can be
         ulp = torch.where(ex == 0, torch.full_like(ex, 2.0**-149),
@@ -227,34 +237,25 @@ def bands_needed(xq, spread=1):
     return bands, band_of
 
 
-def band_counts(rounds, tile):
-    print(f"4. the FP8 MMAs an exact band split needs a block ({rounds * 64} tokens' x blocks drawn as in part 3,")
-    print(f"   a tile's MMA serves {tile} tokens at once, so it needs the most of any of its tokens)")
-    g = torch.Generator(device=dev).manual_seed(20261201)
-    rows = []
-    for _ in range(rounds):
-        x = torch.randn(64, 32, generator=g, device=dev, dtype=torch.float64)
-        amax = x.abs().amax(dim=1, keepdim=True)
-        scale = torch.exp2(floor_log2(amax) - 8)
-        rows.append((x / scale).clamp(-448, 448).float().to(E4M3).double())
-        torch.randint(0, 16, (32, 64), generator=g, device=dev)  # part 3's weights: the same x blocks
-    b, _ = bands_needed(torch.cat(rows))
+def print_bands(b, tile):
+    """The bands each token's block needs (b), and each tile's: its MMA
+    serves tile tokens at once, so it needs the most of any of them."""
     hist = torch.bincount(b).tolist()
     print(f"  a token's block: blocks with 0, 1, 2, ... bands {hist} of {b.numel()}, mean {b.double().mean():.3f}")
     t = b[: b.numel() // tile * tile].view(-1, tile).amax(dim=1)
     hist = torch.bincount(t).tolist()
     print(f"  a {tile}-token tile: tiles with 0, 1, 2, ... bands {hist} of {t.numel()}, mean {t.double().mean():.3f}")
+
+
+def band_counts(blocks, tile, checked):
+    print(f"4. the FP8 MMAs an exact band split needs a block ({len(blocks) * 64} tokens' x blocks drawn as in part 3,")
+    print(f"   a tile's MMA serves {tile} tokens at once, so it needs the most of any of its tokens)")
+    b, _ = bands_needed(torch.cat([xq for xq, _ in blocks]))
+    print_bands(b, tile)
     # The rule checked on the tensor cores: each band's 32-product sum (the
     # other bands' x set to zero), against part 3's weights, as one FP8 MMA.
-    g = torch.Generator(device=dev).manual_seed(20261201)
-    e2m1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6], dtype=torch.float64, device=dev)
     bad = n = 0
-    for _ in range(rounds // 8):
-        x = torch.randn(64, 32, generator=g, device=dev, dtype=torch.float64)
-        amax = x.abs().amax(dim=1, keepdim=True)
-        xq = (x / torch.exp2(floor_log2(amax) - 8)).clamp(-448, 448).float().to(E4M3).double()
-        codes = torch.randint(0, 16, (32, 64), generator=g, device=dev)
-        w = e2m1[codes % 8] * (1 - 2 * (codes // 8)).double()
+    for xq, w in blocks[:checked]:
         _, band_of = bands_needed(xq)
         for k in range(int(band_of.max()) + 1):
             xb = torch.where(band_of == k, xq, torch.zeros_like(xq))
@@ -264,7 +265,7 @@ def band_counts(rounds, tile):
     print(f"  band sums as one FP8 MMA each (Triton): {bad} of {n} differ from the exact band sum")
 
 
-def int8_bands(rounds, tile):
+def int8_bands(blocks, tile):
     """Part 5: the same split for the integer MMA (wgmma .s8, int32
     accumulators, exact): a band's x as integers x / 2^base, base its
     lowest bit, each at most 127: 4-bit significands (8..15) shifted by at
@@ -272,14 +273,7 @@ def int8_bands(rounds, tile):
     the integers 2w (0, 1, 2, 3, 4, 6, 8, 12); 32 products of at most
     15 x 8 x 12 sum far inside int32. The same x blocks as part 4."""
     print(f"5. the int8 MMAs an exact band split needs a block (the x of part 4; four binades a band)")
-    g = torch.Generator(device=dev).manual_seed(20261201)
-    rows = []
-    for _ in range(rounds):
-        x = torch.randn(64, 32, generator=g, device=dev, dtype=torch.float64)
-        amax = x.abs().amax(dim=1, keepdim=True)
-        rows.append((x / torch.exp2(floor_log2(amax) - 8)).clamp(-448, 448).float().to(E4M3).double())
-        torch.randint(0, 16, (32, 64), generator=g, device=dev)
-    xq = torch.cat(rows)
+    xq = torch.cat([xq for xq, _ in blocks])
     b, band_of = bands_needed(xq, 3)
     # each band's integers fit int8: x / 2^(its lowest bit) at most 127
     lsb = torch.where(xq.abs() >= 2.0**-6, torch.exp2(floor_log2(xq.abs().clamp_min(2.0**-6)) - 3),
@@ -294,11 +288,7 @@ def int8_bands(rounds, tile):
         assert bool((ints == ints.round()).all())
         worst = max(worst, float(ints.max()))
     print(f"  the largest band integer: {worst:.0f} (int8 holds 127)")
-    hist = torch.bincount(b).tolist()
-    print(f"  a token's block: blocks with 0, 1, 2, ... bands {hist} of {b.numel()}, mean {b.double().mean():.3f}")
-    t = b[: b.numel() // tile * tile].view(-1, tile).amax(dim=1)
-    hist = torch.bincount(t).tolist()
-    print(f"  a {tile}-token tile: tiles with 0, 1, 2, ... bands {hist} of {t.numel()}, mean {t.double().mean():.3f}")
+    print_bands(b, tile)
 
 
 def main():
@@ -309,9 +299,10 @@ def main():
     many_small()
     sum_window()
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 64
-    mx_blocks(rounds)
-    band_counts(8 * rounds, 48)
-    int8_bands(8 * rounds, 48)
+    blocks = mx_draw(8 * rounds)  # parts 4 and 5 count bands over eight times part 3's blocks, its first ones among them
+    mx_blocks(blocks[:rounds])
+    band_counts(blocks, 48, rounds)
+    int8_bands(blocks, 48)
 
 
 if __name__ == "__main__":
