@@ -1023,11 +1023,22 @@ __device__ __forceinline__ void x_bf16_block(const float* __restrict__ x, const 
     out[i] = (u16)mxfp8_bf16(c, e8m0_to_float(s));
 }
 
-// Four 32-blocks a warp.
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_x_bf16(const XBF16Args a) {
-    const u32 warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+// Four 32-blocks a warp: warp w of those writing x (numbered from 0 over
+// their CTAs) takes blocks 4w .. 4w + 3. A: XBF16Args or RouteXBF16Args.
+template <class A>
+__device__ __forceinline__ void x_bf16_warp4(const A& a, u32 warp) {
     if (4 * warp >= (u32)a.n_blocks) return;
     x_bf16_blocks4(a.x, a.codes, a.scales, a.out, a.form, a.recipe, (u32)a.n_blocks, 4 * warp, threadIdx.x & 31);
+}
+
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_x_bf16(const XBF16Args a) {
+    x_bf16_warp4(a, (blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+}
+
+// The wgmma-fp4 GEMMs' per-tile counts (tile_signal) zeroed by one CTA of
+// a prologue.
+__device__ __forceinline__ void zero_counts(int* ready, int n) {
+    for (int j = threadIdx.x; j < n; j += blockDim.x) ready[j] = 0;
 }
 
 // The BF16 paths' prologue for few entries: one launch instead of four
@@ -1045,8 +1056,7 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_x_bf16(con
     int nwarps = (gridDim.x - 1) * (blockDim.x >> 5);
     for (int b = (blockIdx.x - 1) * (blockDim.x >> 5) + (threadIdx.x >> 5); b < a.n_blocks; b += nwarps)
         x_bf16_block(a.x, a.codes, a.scales, a.out, a.form, a.recipe, b, threadIdx.x & 31);
-    if (blockIdx.x == 1) // the wgmma-fp4 GEMMs' per-tile counts (tile_signal)
-        for (int j = threadIdx.x; j < a.n_ready; j += blockDim.x) a.ready[j] = 0;
+    if (blockIdx.x == 1) zero_counts(a.ready, a.n_ready);
 }
 
 // The BF16 paths' prologue for more entries, in one launch instead of four
@@ -1087,12 +1097,10 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_x_many(con
             for (int q = 0; q < ROUTE_PER; q++)
                 if (i + q < n && local_expert(id[q], a.rank, elocal) < 0) a.pos[i + q] = -1;
         }
-        for (int j = threadIdx.x; j < a.n_ready; j += blockDim.x) a.ready[j] = 0;
+        zero_counts(a.ready, a.n_ready);
         return;
     }
-    const u32 warp = ((blockIdx.x - elocal - 1) * blockDim.x + threadIdx.x) >> 5;
-    if (4 * warp >= (u32)a.n_blocks) return;
-    x_bf16_blocks4(a.x, a.codes, a.scales, a.out, a.form, a.recipe, (u32)a.n_blocks, 4 * warp, threadIdx.x & 31);
+    x_bf16_warp4(a, ((blockIdx.x - elocal - 1) * blockDim.x + threadIdx.x) >> 5);
 }
 
 #if defined(WG_ENABLED)
