@@ -1,0 +1,258 @@
+# How fast the H200 streams M=1's MXFP4 weights in the shape the
+# wgmma-fp4 path reads them, and what GEMM2's dependence on all of GEMM1
+# costs, with nothing else in the kernel but an optional stand-in for
+# the widening: the floor, on this card, of the forward's two weight
+# streams (docs/PERF.md, "The floor of M=1's dataflow").
+#
+# Layout (f4_layout.go): a 64-row group's chunks of 2 KB, one 16-byte
+# word a thread a chunk, a warpgroup a group, two warpgroups a CTA, a
+# step = two chunks. GEMM1 at M=1: 8 experts x 6144 rows = 768 groups;
+# GEMM2: 8 x 3584 rows = 448 groups. Chunks a group: part 1 the payload
+# only (K/64: 56 and 48, 88.1 + 44.0 MB); part 2 the payload and the
+# scales (one byte a 32 weights: 1/16 of the payload, read in the same
+# stream here), 60 and 50 chunks, 94.4 + 45.9 = 140.3 MB (the forward
+# reads 140.4 MB, kimimoe bench's MB column).
+#
+# Two feeds:
+#   regs: each thread holds AH steps of its words in registers and
+#         reloads a chunk's word once it is used (F4Weights, the path's
+#         feed);
+#   ring: one thread a warpgroup copies whole steps (4 KB) into a ring of
+#         R shared-memory slots with cp.async.bulk completing on an
+#         mbarrier a slot; the threads wait on the slot's mbarrier, read
+#         their words with ld.shared, meet at the warpgroup's named
+#         barrier, and the copying thread refills the slot R steps ahead
+#         (a feed the path has not had: its smem ring, tried after f29,
+#         copied 16 bytes a thread with cp.async).
+# work: integer instructions a 32-bit word after it arrives (0: the
+# stream alone; 12: about the widening's nine ALU instructions and four
+# BF16 multiplies a word, docs/PERF.md f24), a dependent chain folded
+# into one register so that nothing is dead.
+#
+# One kernel, two roles: CTAs [0, G1/2) stream GEMM1's groups and then
+# count themselves (every thread's loads done, a barrier, a fence, one
+# atomic add); CTAs [G1/2, G1/2 + G2/2) stream GEMM2's. Modes: GEMM1
+# alone, GEMM2 alone, both with no dependence (one stream of both), and
+# both with GEMM2 dependent (each GEMM2 CTA issues its first steps, then
+# waits until all of GEMM1's CTAs have counted, then goes on: the order
+# the forward must keep, with GEMM2's first weights in flight before the
+# wait, as kmoe's GEMM2 has them, f14/f18). The GEMM2 CTAs are dispatched
+# after the GEMM1 ones (a grid's CTAs start in order), so the wait ends;
+# a bound on the spin reports a wait that did not.
+# Each configuration runs at C CTAs an SM (set by its dynamic shared
+# memory), timed with CUDA events after a 256 MB read (cold L2, as kimimoe
+# bench does), the median of 15 launches; a launch while the read runs,
+# so its latency is hidden as in bench. GB/s counts the bytes once. With
+# work 0 every word's fold is checked against the buffer's ("read ok").
+# Run on the GPU machine (torch for memory and events; NVRTC and the
+# driver through wgmma_rate.py's ctypes helpers, sm_90a):
+#   python3 scripts/stream_probe.py
+import ctypes, os, statistics, sys
+import numpy as np
+import torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wgmma_rate import cuda, check_cu, compile_cubin
+
+CHUNK = 2048  # bytes a group a chunk (128 threads x 16)
+SPIN_LIMIT = 1 << 24
+
+
+def work_src(w):
+    if w == 0:
+        return "acc ^= v.x ^ v.y ^ v.z ^ v.w;"
+    body = "".join(f"x = __funnelshift_l(x, x, {3 + j % 5}) ^ (x + {0x9E37 + j}u);" for j in range(w // 3))
+    return "{ u32 x; " + "".join(f"x = v.{c}; {body} acc ^= x; " for c in "xyzw") + "}"
+
+
+COMMON = """
+typedef unsigned int u32; typedef unsigned long long u64;
+struct __align__(16) U4 { u32 x, y, z, w; };
+__device__ __forceinline__ U4 ldg(const U4* p) {
+    U4 v; asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p)); return v; }
+__device__ __forceinline__ u32 saddr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+// GEMM2's wait: thread 0 spins until GEMM1's CTAs have all counted (the
+// count's acquire orders nothing here: the probe reads no data GEMM1
+// wrote), then the CTA's barrier passes it on. *late is set if the bound
+// on the spin ended it.
+__device__ __forceinline__ void wait_count(const u32* count, u32 target, u32* late) {
+    if (threadIdx.x == 0) {
+        u32 v = 0, n = 0;
+        do { asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(count) : "memory"); } while (v < target && ++n < SPIN_LIMIT);
+        if (v < target) atomicExch(late, 1u);
+    }
+    __syncthreads();
+}
+"""
+
+REGS = """
+__device__ __forceinline__ u32 stream(const U4* __restrict__ w, int nchunk, int group, const u32* count, u32 target, u32* late) {
+    int tid = threadIdx.x & 127, nstep = nchunk / 2;
+    const U4* wq = w + (u64)group * nchunk * 128 + tid;
+    U4 raw[AH][2];
+    #pragma unroll
+    for (int i = 0; i < AH; i++)
+        if (i < nstep) { raw[i][0] = ldg(wq + (2 * i) * 128); raw[i][1] = ldg(wq + (2 * i + 1) * 128); }
+    if (count) wait_count(count, target, late);
+    u32 acc = 0;
+    for (int c0 = 0; c0 < nstep; c0 += AH) {
+        #pragma unroll
+        for (int u = 0; u < AH; u++) {
+            int c = c0 + u;
+            if (c >= nstep) break;
+            #pragma unroll
+            for (int h = 0; h < 2; h++) {
+                U4 v = raw[u][h];
+                WORK
+                if (c + AH < nstep) raw[u][h] = ldg(wq + (2 * (c + AH) + h) * 128);
+            }
+        }
+    }
+    return acc;
+}
+"""
+
+RING = """
+__device__ __forceinline__ void issue(u32 dst, const void* src, u32 bar) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], 4096;" :: "r"(bar) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 4096, [%2];"
+                 :: "r"(dst), "l"(src), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void wait_slot(u32 bar, u32 parity) {
+    u32 ok = 0;
+    while (!ok)
+        asm volatile("{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\nselp.u32 %0, 1, 0, p;\\n}"
+                     : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+}
+__device__ __forceinline__ u32 stream(const U4* __restrict__ w, int nchunk, int group, const u32* count, u32 target, u32* late) {
+    extern __shared__ __align__(128) unsigned char dsm[];
+    unsigned char (*ring)[2][4096] = (unsigned char (*)[2][4096])dsm;
+    __shared__ __align__(8) u64 full[R][2];
+    int tid = threadIdx.x & 127, wg = threadIdx.x / 128, nstep = nchunk / 2;
+    const unsigned char* src = (const unsigned char*)(w + (u64)group * nchunk * 128);
+    if (tid == 0) {
+        for (int s = 0; s < R; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(saddr(&full[s][wg])));
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    }
+    __syncthreads();
+    if (tid == 0)
+        for (int s = 0; s < R && s < nstep; s++) issue(saddr(ring[s][wg]), src + (u64)s * 4096, saddr(&full[s][wg]));
+    if (count) wait_count(count, target, late);
+    u32 acc = 0;
+    for (int c = 0; c < nstep; c++) {
+        int s = c % R;
+        wait_slot(saddr(&full[s][wg]), (c / R) & 1);
+        U4 v0 = *(const U4*)(ring[s][wg] + tid * 16), v1 = *(const U4*)(ring[s][wg] + 2048 + tid * 16);
+        { U4 v = v0; WORK }
+        { U4 v = v1; WORK }
+        asm volatile("bar.sync %0, 128;" :: "r"(1 + wg) : "memory"); // every thread of the warpgroup has read slot s
+        if (tid == 0 && c + R < nstep) issue(saddr(ring[s][wg]), src + (u64)(c + R) * 4096, saddr(&full[s][wg]));
+    }
+    return acc;
+}
+"""
+
+KERNEL = """
+extern "C" __global__ void __launch_bounds__(256, CTAS) probe(const U4* w1, int nchunk1, int ctas1, const U4* w2, int nchunk2,
+                                                          u32* count, int dep, u32* late, u32* out) {
+    bool first = blockIdx.x < ctas1;
+    int cta = first ? blockIdx.x : blockIdx.x - ctas1, group = cta * 2 + threadIdx.x / 128;
+    u32 acc = first ? stream(w1, nchunk1, group, nullptr, 0, late)
+                    : stream(w2, nchunk2, group, dep ? count : nullptr, (u32)ctas1, late);
+    out[blockIdx.x * 256 + threadIdx.x] = acc;
+    if (first) {
+        __syncthreads();
+        if (threadIdx.x == 0) { __threadfence(); atomicAdd(count, 1u); }
+    }
+}
+"""
+
+
+def source(feed, steps, ctas, work):
+    body = (REGS if feed == "regs" else RING).replace("WORK", work_src(work))
+    defs = f"#define AH {steps}\n#define R {steps}\n#define CTAS {ctas}\n#define SPIN_LIMIT {SPIN_LIMIT}u\n"
+    return defs + COMMON + body + KERNEL
+
+
+class Probe:
+    def __init__(self, feed, steps, ctas, work, smem_per_sm):
+        self.mod, self.fn = ctypes.c_void_p(), ctypes.c_void_p()
+        check_cu(cuda.cuModuleLoadData(ctypes.byref(self.mod), compile_cubin(source(feed, steps, ctas, work))), "cuModuleLoadData")
+        check_cu(cuda.cuModuleGetFunction(ctypes.byref(self.fn), self.mod, b"probe"), "cuModuleGetFunction")
+        # Dynamic shared memory that holds the SM to C CTAs (1 KB a CTA is
+        # the driver's reserve; the ring's mbarriers are static).
+        ring = steps if feed == "ring" else 0
+        self.dyn = smem_per_sm // ctas - 1024 - ring * 16 - 64
+        assert self.dyn >= ring * 2 * 4096, (feed, steps, ctas)
+        check_cu(cuda.cuFuncSetAttribute(self.fn, 8, self.dyn), "cuFuncSetAttribute")
+
+    def launch(self, w1, n1, c1, w2, n2, c2, count, dep, late, out):
+        vals = [ctypes.c_void_p(w1.data_ptr()), ctypes.c_int(n1), ctypes.c_int(c1), ctypes.c_void_p(w2.data_ptr()), ctypes.c_int(n2),
+                ctypes.c_void_p(count.data_ptr()), ctypes.c_int(dep), ctypes.c_void_p(late.data_ptr()), ctypes.c_void_p(out.data_ptr())]
+        args = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in vals])
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        check_cu(cuda.cuLaunchKernel(self.fn, c1 + c2, 1, 1, 256, 1, 1, self.dyn, stream, args, None), "cuLaunchKernel")
+
+    def close(self):
+        cuda.cuModuleUnload(self.mod)
+
+
+def xor_all(t):
+    return int(np.bitwise_xor.reduce(t.cpu().numpy().view(np.uint32)))
+
+
+def main():
+    torch.zeros(1, device="cuda")
+    props = torch.cuda.get_device_properties(0)
+    smem_per_sm = 228 * 1024  # sm_90: 228 KB an SM, 227 KB a CTA at most
+    flush = torch.zeros(64 << 20, dtype=torch.int32, device="cuda")
+    count = torch.zeros(1, dtype=torch.int32, device="cuda")  # GEMM1's CTAs done
+    late = torch.zeros(1, dtype=torch.int32, device="cuda")
+    print(f"{props.name}, {props.multi_processor_count} SMs")
+    # (label, experts, GEMM1 and GEMM2 chunks a group, modes, feeds)
+    every = [("regs", 4, 3), ("regs", 8, 2), ("regs", 2, 4), ("ring", 4, 3), ("ring", 8, 3), ("ring", 4, 4)]
+    parts = [("M=1 payload", 8, 56, 48, [("GEMM1", 0), ("GEMM2", 0)], every),
+             ("M=1 +scales", 8, 60, 50, [("GEMM1", 0), ("GEMM2", 0), ("both", 0), ("both", 1)], every),
+             ("E=28 +scales", 28, 60, 50, [("GEMM1", 0), ("GEMM2", 0), ("both", 0), ("both", 1)], every[:2] + every[3:4])]
+    print(f"{'bytes':<13} {'mode':<18} {'feed':<5} {'CTA/SM':>6} {'steps':>5} {'work':>4} {'MB':>6} {'us':>7} {'GB/s':>6}")
+    for part, experts, n1, n2, modes, feeds in parts:
+        g1, g2 = experts * 6144 // 64, experts * 3584 // 64  # 64-row groups: [up; gate] rows of N=3072, K=3584 rows
+        w1 = torch.randint(-2**31, 2**31 - 1, (g1 * n1 * CHUNK // 4,), dtype=torch.int32, device="cuda")
+        w2 = torch.randint(-2**31, 2**31 - 1, (g2 * n2 * CHUNK // 4,), dtype=torch.int32, device="cuda")
+        x1, x2 = xor_all(w1), xor_all(w2)
+        out = torch.zeros((g1 + g2) * 128, dtype=torch.int32, device="cuda")
+        for work in (0, 12):
+            for feed, steps, ctas in feeds:
+                try:
+                    p = Probe(feed, steps, ctas, work, smem_per_sm)
+                except SystemExit as e:  # a compile error: say so, go on
+                    print(f"{part:<13} {feed:<5} {ctas:>6} {steps:>5} failed: {str(e)[:400]}", flush=True)
+                    continue
+                for mode, dep in modes:
+                    c1 = g1 // 2 if mode in ("GEMM1", "both") else 0
+                    c2 = g2 // 2 if mode in ("GEMM2", "both") else 0
+                    nbytes = (c1 * 2 * n1 + c2 * 2 * n2) * CHUNK
+                    ts = []
+                    late.zero_()
+                    for rep in range(16):
+                        count.zero_()
+                        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        flush.sum()
+                        a.record(); p.launch(w1, n1, c1, w2, n2, c2, count, dep, late, out); b.record()
+                        torch.cuda.synchronize()
+                        if rep: ts.append(a.elapsed_time(b) * 1000)
+                    us = statistics.median(ts)
+                    note = ""
+                    if work == 0:
+                        want = (x1 if c1 else 0) ^ (x2 if c2 else 0)
+                        got = xor_all(out[: (c1 + c2) * 256])
+                        note = " read ok" if got == want else f" WRONG ({got:#x} against {want:#x})"
+                    if int(late.item()):
+                        note += " WAIT BOUND HIT"
+                    name = mode + (" (GEMM2 waits)" if dep else "") if mode == "both" else mode
+                    print(f"{part:<13} {name:<18} {feed:<5} {ctas:>6} {steps:>5} {work:>4} {nbytes / 1e6:>6.1f} {us:>7.1f} {nbytes / us / 1e3:>6.0f}{note}", flush=True)
+                p.close()
+        del w1, w2
+
+
+if __name__ == "__main__":
+    main()
