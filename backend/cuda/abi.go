@@ -457,8 +457,13 @@ var f4Ahead = map[int]int{8: 2, 16: 2, 32: 2, 48: 2, 64: 4, 128: 2}
 func f4Smem(nt int) int { return f4Stages[nt]*nt*2*2*abiWGChunkK + 4*nt + abiSmemAlign }
 
 // The small tiles' barrier-free loop (kernels/moe.cu f4s_k_loop): mma.sync
-// on the same layout, the tokens staged a window of abiF4SWinK k at a time.
-const abiF4SWinK = 1024
+// on the same layout, the tokens staged a window of f4sWinK[nt] k at a
+// time. Measured on the H200 (docs/PERF.md f44): the 16-token tile at 512
+// k against 1024, two alternations in one call, M=28 0.1739/0.1737 ->
+// 0.1712/0.1717 ms, M=32 0.1766/0.1768 -> 0.1732/0.1735 (half the shared
+// memory a CTA, 33 KB, and a barrier every 4 steps instead of 8); the
+// 8-token tile kept at 1024 (512 and 2048 slower, the tried row after f13).
+var f4sWinK = map[int]int{8: 1024, 16: 512}
 
 // f4sTiles are its instances' tokens per tile.
 var f4sTiles = []int{8, 16}
@@ -504,7 +509,7 @@ const f4TileReadyMinM = 2
 
 // f4sSmem is sizeof(F4SyncSmem<nt>): two windows of the tile's token rows
 // (16 bytes of padding a row) and its source rows.
-func f4sSmem(nt int) int { return 2*nt*(2*abiF4SWinK+16) + 4*nt }
+func f4sSmem(nt int) int { return 2*nt*(2*f4sWinK[nt]+16) + 4*nt }
 
 type f4Gemm1Args struct {
 	XBF      devptr `c:"const u8*" cname:"xbf"`
@@ -768,7 +773,7 @@ func abiHeader() string {
 		{"F4_SMEM_T8", f4Smem(8)}, {"F4_SMEM_T128", f4Smem(128)},
 		{"F4_AHEAD_T8", f4Ahead[8]}, {"F4_AHEAD_T16", f4Ahead[16]}, {"F4_AHEAD_T32", f4Ahead[32]},
 		{"F4_AHEAD_T48", f4Ahead[48]}, {"F4_AHEAD_T64", f4Ahead[64]}, {"F4_AHEAD_T128", f4Ahead[128]},
-		{"F4S_WIN_K", abiF4SWinK}, {"F4S_AHEAD_T8", f4sAhead[8]}, {"F4S_AHEAD_T16", f4sAhead[16]},
+		{"F4S_WIN_K_T8", f4sWinK[8]}, {"F4S_WIN_K_T16", f4sWinK[16]}, {"F4S_AHEAD_T8", f4sAhead[8]}, {"F4S_AHEAD_T16", f4sAhead[16]},
 		{"F4S_BLOCKS_T8", f4sBlocks[8]}, {"F4S_BLOCKS_T16", f4sBlocks[16]},
 		{"F4S_DEEP2_AHEAD", f4sDeep2.ahead}, {"F4S_DEEP2_BLOCKS", f4sDeep2.blocks},
 		{"F4S_SMEM_T8", f4sSmem(8)}, {"F4S_SMEM_T16", f4sSmem(16)},

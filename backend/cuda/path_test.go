@@ -65,8 +65,10 @@ const smemSM, reservedCTA = 228 << 10, 1 << 10
 // to 32 takes (f4TileTokens); from 33 the wgmma loop runs, at each tile's
 // N up to f4FitMaxM tokens (f4Fit), at the tile's above.
 func TestF4SyncTiles(t *testing.T) {
-	if w := abiF4SWinK; w%128 != 0 || abiThreads%(w/8) != 0 {
-		t.Errorf("a %d-k token window is not whole steps, or its rows not whole passes of the CTA", w)
+	for nt, w := range f4sWinK {
+		if w%128 != 0 || abiThreads%(w/8) != 0 {
+			t.Errorf("tile %d: a %d-k token window is not whole steps, or its rows not whole passes of the CTA", nt, w)
+		}
 	}
 	// Steps ahead come in pairs (F4Scales: one scale load a step pair).
 	pairs := func(ah int) bool { return ah >= 2 && ah%2 == 0 }

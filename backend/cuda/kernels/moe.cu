@@ -1743,20 +1743,26 @@ __device__ __forceinline__ void f4_k_loop_fit(float (&acc)[NT / 2], F4Smem<NT>& 
 // is the wgmma's per-warp slice (the layout needs no change) and whose
 // accumulators, NT/8 of them side by side, are the wgmma's NT/2 in the same
 // order (so the epilogues are shared), reading the tokens with ldmatrix.
-// The tokens are staged a window of F4S_WIN_K k at a time, two windows
-// double-buffered, so the CTA meets at a barrier once a window (8 steps of
-// 128 k) instead of once a step, and no warp waits at a wgmma for the
-// other three of its warpgroup. Why (docs/PERF.md f12): the step's barrier
+// The tokens are staged a window of f4s_win k at a time, two windows
+// double-buffered, so the CTA meets at a barrier once a window (8 or 4
+// steps of 128 k) instead of once a step, and no warp waits at a wgmma for
+// the other three of its warpgroup. Why (docs/PERF.md f12): the step's barrier
 // and the wgmma waits were a third of the stall samples at M = 1 and 8.
 // Each accumulator still sums its k16 steps in k order, in float32.
 #if defined(WG_ENABLED)
-#define F4S_WIN_K KMOE_F4S_WIN_K
-#define F4S_ROW (2 * F4S_WIN_K + 16) // bytes a staged token row: 16 more, so ldmatrix's 8 rows fall in 8 bank groups
-static_assert(F4S_WIN_K % 128 == 0 && KMOE_THREADS % (F4S_WIN_K / 8) == 0, "whole steps; whole rows per pass");
+// The token window, k a window, per tile (f4sWinK in abi.go).
+template <int NT>
+__device__ constexpr int f4s_win() { return NT == 8 ? KMOE_F4S_WIN_K_T8 : KMOE_F4S_WIN_K_T16; }
+// Bytes a staged token row: 16 more, so ldmatrix's 8 rows fall in 8 bank groups.
+template <int NT>
+__device__ constexpr int f4s_row() { return 2 * f4s_win<NT>() + 16; }
+static_assert(f4s_win<8>() % 128 == 0 && KMOE_THREADS % (f4s_win<8>() / 8) == 0 && f4s_win<16>() % 128 == 0 &&
+                  KMOE_THREADS % (f4s_win<16>() / 8) == 0,
+              "whole steps; whole rows per pass");
 
 template <int NT>
 struct F4SyncSmem {
-    u8 x[2][NT][F4S_ROW];
+    u8 x[2][NT][f4s_row<NT>()];
     int src[NT];
 };
 static_assert(sizeof(F4SyncSmem<8>) == KMOE_F4S_SMEM_T8 && sizeof(F4SyncSmem<16>) == KMOE_F4S_SMEM_T16,
@@ -1779,12 +1785,13 @@ __device__ __forceinline__ void mma_bf16_m16n8k16(float* d, const u32 (&a)[4], u
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Stage window w (k [w F4S_WIN_K, + F4S_WIN_K), within kdim) of the tile's
-// token rows (s.src, -1 a zero row; 2 kdim bytes a row) into buffer b.
+// Stage window w (k [w WIN, + WIN), WIN = f4s_win, within kdim) of the
+// tile's token rows (s.src, -1 a zero row; 2 kdim bytes a row) into
+// buffer b.
 template <int NT>
 __device__ __forceinline__ void f4s_stage(F4SyncSmem<NT>& s, int b, const u8* rows, int kdim, int w) {
-    constexpr int PR = F4S_WIN_K / 8; // 16-byte pieces a row
-    int col = threadIdx.x % PR, k = w * F4S_WIN_K + col * 8;
+    constexpr int PR = f4s_win<NT>() / 8; // 16-byte pieces a row
+    int col = threadIdx.x % PR, k = w * f4s_win<NT>() + col * 8;
     if (k >= kdim) return;
 #pragma unroll
     for (int r = threadIdx.x / PR; r < NT; r += KMOE_THREADS / PR) {
@@ -1801,7 +1808,7 @@ __device__ __forceinline__ void f4s_k_loop(float (&acc)[NT / 2], F4SyncSmem<NT>&
     // others' rows are zeros, so their MMAs add nothing to accumulators no
     // epilogue reads (docs/PERF.md f19).
     const int ngroup = imin(NT / 8, (ntok + 7) / 8);
-    constexpr int WS = F4S_WIN_K / 128;
+    constexpr int WS = f4s_win<NT>() / 128, ROW = f4s_row<NT>();
     int nstep = wt.nstep;
     in.wait(); // GEMM2: the weights above are loaded before GEMM1 ends, the tokens below after
     f4s_stage<NT>(s, 0, rows, kdim, 0);
@@ -1820,7 +1827,7 @@ __device__ __forceinline__ void f4s_k_loop(float (&acc)[NT / 2], F4SyncSmem<NT>&
                 if ((w + 1) * WS < nstep) f4s_stage<NT>(s, (w + 1) & 1, rows, kdim, w + 1);
                 cp_async_commit();
             }
-            u32 xs = xa + (w & 1) * (NT * F4S_ROW) + j * 256;
+            u32 xs = xa + (w & 1) * (NT * ROW) + j * 256;
             // Each word widened just before its two MMAs: 8 A registers live,
             // not a chunk's 16 (docs/PERF.md f16: 2-4% at M = 1..24).
 #pragma unroll
@@ -1837,7 +1844,7 @@ __device__ __forceinline__ void f4s_k_loop(float (&acc)[NT / 2], F4SyncSmem<NT>&
                     for (int g = 0; g < NT / 8; g++) {
                         if (g > 0 && g >= ngroup) break;
                         u32 bm[4];
-                        ldsm_x4(bm, xs + g * 8 * F4S_ROW + h * 128 + q * 32);
+                        ldsm_x4(bm, xs + g * 8 * ROW + h * 128 + q * 32);
                         mma_bf16_m16n8k16(&acc[4 * g], a0, bm[0], bm[1]);
                         mma_bf16_m16n8k16(&acc[4 * g], a1, bm[2], bm[3]);
                     }
