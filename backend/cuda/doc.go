@@ -91,8 +91,9 @@
 // expert's ~37 tokens at M=128 cost a 40-wide MMA, not a 64-wide one. The
 // tiles of 8 and 16 tokens (M <= 32) run the same
 // widened fragments through mma.sync m16n8k16 instead, whose per-warp A
-// fragment is the wgmma's, with no barrier but one per 1024 k (the tokens
-// staged in windows) and no warpgroup-wide wait: measured faster there,
+// fragment is the wgmma's, with no barrier but one per token window (the
+// tokens staged 1024 k at a time at 8 tokens, 512 at 16) and no
+// warpgroup-wide wait: measured faster there,
 // and bitwise equal to the wgmma loop in the tests. Its GEMMs and the
 // finalize are launched with programmatic dependent launch
 // (griddepcontrol): GEMM2's CTAs take SMs as GEMM1's last CTAs leave them
