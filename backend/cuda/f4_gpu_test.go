@@ -72,12 +72,9 @@ func TestF4WidenExhaustive(t *testing.T) {
 // the grouped forwards take the other paths, and a layer whose weight
 // scales leave the exact widening's window has no wgmma-fp4 path.
 func TestF4Path(t *testing.T) {
-	b, l, s, w, o := kimiSM90aLayer(t, "the wgmma-fp4 path")
+	b, l, s, w, o := kimiF4Layer(t)
 	if l.f4W31 == 0 {
 		t.Fatalf("no wgmma-fp4 path at the Kimi shape: %s", l.f4WhyNot)
-	}
-	if err := l.SetDecodeMaxM(-1); err != nil {
-		t.Fatal(err)
 	}
 	for _, m := range []int{1, 8, 32, 48, 128, 512, 2048} {
 		in := kimiInput(t, s, w, m, uint64(9000+m))
@@ -126,10 +123,7 @@ func TestF4Path(t *testing.T) {
 // small tiles take. The last part shows the test would notice if the
 // forward did not launch the mma.sync loop's kernels at all.
 func TestF4SyncLoop(t *testing.T) {
-	b, l, s, w, o := kimiSM90aLayer(t, "the wgmma-fp4 path")
-	if err := l.SetDecodeMaxM(-1); err != nil {
-		t.Fatal(err)
-	}
+	b, l, s, w, o := kimiF4Layer(t)
 	set := func(noSync, noPDL bool) { // the loop and the launch, as KIMIMOE_FP4_SYNC=0 and KIMIMOE_PDL=0 set them
 		t.Helper()
 		setLayer(t, l, func() { l.f4NoSync, l.noPDL = noSync, noPDL })
@@ -165,10 +159,7 @@ func TestF4SyncLoop(t *testing.T) {
 // GEMM1's zeros, not the same bits; the last part shows the forward
 // launches the fitted kernels at all.
 func TestF4FitN(t *testing.T) {
-	b, l, s, w, _ := kimiSM90aLayer(t, "the wgmma-fp4 path")
-	if err := l.SetDecodeMaxM(-1); err != nil {
-		t.Fatal(err)
-	}
+	b, l, s, w, _ := kimiF4Layer(t)
 	setFit := func(maxM int) {
 		t.Helper()
 		setLayer(t, l, func() { l.f4FitMaxM = maxM })
@@ -197,10 +188,7 @@ func TestF4FitN(t *testing.T) {
 // the counts its own way). Each M runs input A, then input B, so a count
 // left over from A would let B's GEMM2 read A's intermediate.
 func TestF4TileReady(t *testing.T) {
-	_, l, s, w, _ := kimiSM90aLayer(t, "the wgmma-fp4 path")
-	if err := l.SetDecodeMaxM(-1); err != nil {
-		t.Fatal(err)
-	}
+	_, l, s, w, _ := kimiF4Layer(t)
 	set := func(noReady bool) {
 		t.Helper()
 		setLayer(t, l, func() { l.noTileReady = noReady })
@@ -233,10 +221,7 @@ func TestF4TileReady(t *testing.T) {
 // pos not rewritten (no memset now) or a count left over would show; and
 // the profile shows which prologue ran.
 func TestRouteXMany(t *testing.T) {
-	_, l, s, w, _ := kimiSM90aLayer(t, "the wgmma-fp4 path")
-	if err := l.SetDecodeMaxM(-1); err != nil {
-		t.Fatal(err)
-	}
+	_, l, s, w, _ := kimiF4Layer(t)
 	set := func(maxM int) {
 		t.Helper()
 		setLayer(t, l, func() { l.routeManyMaxM = maxM })

@@ -344,6 +344,17 @@ func kimiSM90aLayer(t *testing.T, what string) (*Backend, *Layer, *validation.Ca
 	return b, l, &s, w, o
 }
 
+// kimiF4Layer is kimiSM90aLayer's layer for the wgmma-fp4 path's tests,
+// with the decode path turned off, so that every M takes the path.
+func kimiF4Layer(t *testing.T) (*Backend, *Layer, *validation.CaseSpec, *moe.Weights, *moe.Oracle) {
+	t.Helper()
+	b, l, s, w, o := kimiSM90aLayer(t, "the wgmma-fp4 path")
+	if err := l.SetDecodeMaxM(-1); err != nil {
+		t.Fatal(err)
+	}
+	return b, l, s, w, o
+}
+
 // kimiInput is a generated input of spec s (the layer's, weights w) at m
 // tokens and the given seed; s keeps both.
 func kimiInput(t *testing.T, s *validation.CaseSpec, w *moe.Weights, m int, seed uint64) *moe.Input {
