@@ -463,7 +463,11 @@ func f4Smem(nt int) int { return f4Stages[nt]*nt*2*2*abiWGChunkK + 4*nt + abiSme
 // 0.1712/0.1717 ms, M=32 0.1766/0.1768 -> 0.1732/0.1735 (half the shared
 // memory a CTA, 33 KB, and a barrier every 4 steps instead of 8); the
 // 8-token tile kept at 1024 (512 and 2048 slower, the tried row after f13).
-var f4sWinK = map[int]int{8: 1024, 16: 512}
+// f45: at 256 k and four CTAs an SM (f4sBlocks), one call (21:11 UTC,
+// second pass): M=25 0.1701 -> 0.1626, M=28 0.1720 -> 0.1655, M=32 0.1738
+// -> 0.1687 ms; 256 k alone 0.1719 at M=32, four CTAs alone at 512 k
+// 0.1761.
+var f4sWinK = map[int]int{8: 1024, 16: 256}
 
 // f4sTiles are its instances' tokens per tile.
 var f4sTiles = []int{8, 16}
@@ -473,10 +477,12 @@ var f4sTiles = []int{8, 16}
 // three). Measured on the H200 (docs/PERF.md f12): at 8 tokens, 4 steps at
 // three CTAs against 2 at four: M=1 0.0738 -> 0.0675 ms, M=8 0.1680 ->
 // 0.1633, M=16 0.1778 -> 0.1731 (M=24 0.1884 -> 0.1911); at 16 tokens, 2
-// at three CTAs against 3 or 4 at two: M=32 0.2018 against 0.2138, 0.2089.
+// at three CTAs against 3 or 4 at two: M=32 0.2018 against 0.2138, 0.2089;
+// since f45 at four CTAs (64 registers) with the 256-k window (f4sWinK);
+// 4 or 6 steps at two CTAs were 5% and 11% slower at M=32 (21:11 UTC).
 var (
 	f4sAhead  = map[int]int{8: 4, 16: 2}
-	f4sBlocks = map[int]int{8: 3, 16: 3}
+	f4sBlocks = map[int]int{8: 3, 16: 4}
 )
 
 // f4sDeep2 is GEMM2's 8-token variant for M <= f4sDeepMaxM, whose grid
@@ -780,6 +786,10 @@ func abiHeader() string {
 		{"F4_CHUNK_BYTES", f4ChunkBytes}, {"F4_CHUNK_SCALES", f4ChunkScales}, {"F4_TILE_MAX", abiF4TileMax},
 		{"F4_FIT_TILE_MAX", f4FitTiles[len(f4FitTiles)-1]}, {"F4_FIT_PIPE", f4FitPipe}, {"F4_FIT_PIPE_AHEAD", f4FitPipeAhead},
 	} {
+		if abiTunable(d.name) {
+			fmt.Fprintf(&b, "#ifndef KMOE_%s\n#define KMOE_%s %d\n#endif\n", d.name, d.name, d.v)
+			continue
+		}
 		fmt.Fprintf(&b, "#define KMOE_%s %d\n", d.name, d.v)
 	}
 	for i, p := range abiParams {
@@ -795,6 +805,21 @@ func abiHeader() string {
 	}
 	b.WriteString("// End of the generated ABI.\n")
 	return b.String()
+}
+
+// abiTunable reports whether the kernel macro KMOE_<name> may be set by a
+// -D option (KIMIMOE_NVRTC_DEFINES) instead of its value here: the steps
+// in flight and the CTAs an SM that only the kernels read (launch bounds,
+// register arrays), so that one binary can measure their variants. Shared
+// memory sizes, tile shapes and the other values the host also computes
+// are not: a -D of one of those is a redefinition NVRTC reports.
+func abiTunable(name string) bool {
+	for _, p := range []string{"F4_AHEAD_T", "F4S_AHEAD_T", "F4S_BLOCKS_T", "F4S_DEEP2_"} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return name == "F4_FIT_PIPE" || name == "F4_FIT_PIPE_AHEAD"
 }
 
 // kernelProgram is the source NVRTC compiles: the ABI header, then the

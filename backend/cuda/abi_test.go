@@ -126,3 +126,36 @@ func TestMaxTiles(t *testing.T) {
 		}
 	}
 }
+
+// The tunables (abiTunable), and only they, are guarded so that a -D
+// option sets them; a guard on a shared memory size would let a variant
+// disagree with the host's allocation.
+func TestABITunablesGuarded(t *testing.T) {
+	header := abiHeader()
+	guarded := regexp.MustCompile(`#ifndef KMOE_(\w+)\n#define KMOE_(\w+) -?\d+\n#endif\n`)
+	seen := map[string]bool{}
+	for _, m := range guarded.FindAllStringSubmatch(header, -1) {
+		if m[1] != m[2] {
+			t.Errorf("guard of KMOE_%s defines KMOE_%s", m[1], m[2])
+		}
+		if !abiTunable(m[1]) {
+			t.Errorf("KMOE_%s is guarded but not a tunable", m[1])
+		}
+		seen[m[1]] = true
+	}
+	for _, m := range regexp.MustCompile(`#define KMOE_(\w+) `).FindAllStringSubmatch(header, -1) {
+		if abiTunable(m[1]) && !seen[m[1]] {
+			t.Errorf("tunable KMOE_%s is defined without a guard", m[1])
+		}
+	}
+	for _, name := range []string{"F4S_AHEAD_T16", "F4S_BLOCKS_T8", "F4_AHEAD_T48", "F4_FIT_PIPE"} {
+		if !seen[name] {
+			t.Errorf("KMOE_%s: not a guarded tunable", name)
+		}
+	}
+	for _, name := range []string{"F4S_SMEM_T16", "F4S_WIN_K_T16", "THREADS", "F4_STAGES_T48"} {
+		if seen[name] {
+			t.Errorf("KMOE_%s is guarded: the host computes with it too", name)
+		}
+	}
+}

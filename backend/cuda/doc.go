@@ -89,10 +89,10 @@
 // run the wgmma at N = the tile's tokens rounded up to 8 (instances of
 // their own: one loop per N in one kernel slowed full tiles), so an
 // expert's ~37 tokens at M=128 cost a 40-wide MMA, not a 64-wide one. The
-// tiles of 8 and 16 tokens (M <= 32) run the same
+// tiles of 8 and 16 tokens (M <= 36) run the same
 // widened fragments through mma.sync m16n8k16 instead, whose per-warp A
 // fragment is the wgmma's, with no barrier but one per token window (the
-// tokens staged 1024 k at a time at 8 tokens, 512 at 16) and no
+// tokens staged 1024 k at a time at 8 tokens, 256 at 16) and no
 // warpgroup-wide wait: measured faster there,
 // and bitwise equal to the wgmma loop in the tests. Its GEMMs and the
 // finalize are launched with programmatic dependent launch

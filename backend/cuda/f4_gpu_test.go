@@ -128,7 +128,7 @@ func TestF4SyncLoop(t *testing.T) {
 		t.Helper()
 		setLayer(t, l, func() { l.f4NoSync, l.noPDL = noSync, noPDL })
 	}
-	for _, m := range []int{1, 3, 8, 24, 32} {
+	for _, m := range []int{1, 3, 8, 24, 32, f4SyncMaxM} {
 		set(false, false)
 		if l.PathFor(m) != "wgmma-fp4" || !l.f4SyncLoop(f4TileTokens(m)) {
 			t.Fatalf("M=%d: path %s, tile %d, not the mma.sync loop", m, l.PathFor(m), f4TileTokens(m))

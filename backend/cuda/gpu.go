@@ -124,10 +124,13 @@ func (l *Layer) actByTile(m int) bool {
 
 // f4TileTokens is the wgmma-fp4 GEMMs' token tile (the wgmma's N) for m
 // tokens: the tokens an expert gets grow with m. Measured on the H200 at
-// the Kimi shape (docs/PERF.md; KIMIMOE_FP4_TOKENS forces one): 16 up to
-// M=32 and 32 from 33 (with the fitted N, f23: 0.1778 against 0.1794 ms
-// at 32, 0.1847 against 0.1876 at 36, 0.1905 against 0.2019 at 44), 32 up
-// to M=88, 48 from 89 to 144 and 64 above (f39, two passes in one call:
+// the Kimi shape (docs/PERF.md; KIMIMOE_FP4_TOKENS forces one): 8 up to
+// M=24, 16 up to f4SyncMaxM (f45, the 16-token tile at 256 k and four
+// CTAs an SM, two passes in one call: M=33 0.1709/0.1708 ms against the
+// 32-token tile's 0.1778/0.1780, 36 0.1781/0.1778 against 0.1809/0.1815,
+// 40 0.1854/0.1856 against 0.1848/0.1852, 44 0.1902/0.1903 against 0.1869;
+// before f45 the 32-token tile took M=33 at 0.1778 against 0.1794 ms, f23),
+// 32 up to M=88, 48 from 89 to 144 and 64 above (f39, two passes in one call:
 // M=88 0.2152/0.2157 ms at 32 against 0.2201/0.2205 at 48; M=96 0.2339/
 // 0.2342 against 0.2272/0.2268; M=128 0.2633/0.2640 at 64 against 0.2425/
 // 0.2434; M=144 0.2756/0.2760 against 0.2737/0.2739; M=160 0.2833/0.2845
@@ -138,7 +141,7 @@ func f4TileTokens(m int) int {
 	switch {
 	case m <= 24:
 		return 8
-	case m <= 32:
+	case m <= f4SyncMaxM:
 		return 16
 	case m <= 88:
 		return 32
@@ -147,6 +150,10 @@ func f4TileTokens(m int) int {
 	}
 	return 64
 }
+
+// f4SyncMaxM is the most tokens on the small tiles (f4sTiles), whose
+// GEMMs run the barrier-free mma.sync loop (f4TileTokens).
+const f4SyncMaxM = 36
 
 // SetFP4MaxM sets the largest token count on the wgmma-fp4 GEMMs (0: none)
 // and frees the layer's workspaces; setting it above 0 where the path is

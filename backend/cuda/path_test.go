@@ -62,7 +62,7 @@ func TestF4TileTokens(t *testing.T) {
 const smemSM, reservedCTA = 228 << 10, 1 << 10
 
 // The barrier-free loop's tiles are tiles of the path, and the ones M up
-// to 32 takes (f4TileTokens); from 33 the wgmma loop runs, at each tile's
+// to f4SyncMaxM takes (f4TileTokens); above it the wgmma loop runs, at each tile's
 // N up to f4FitMaxM tokens (f4Fit), at the tile's above.
 func TestF4SyncTiles(t *testing.T) {
 	for nt, w := range f4sWinK {
@@ -92,12 +92,12 @@ func TestF4SyncTiles(t *testing.T) {
 		}
 	}
 	l := &Layer{f4FitMaxM: f4FitMaxMDefault}
-	for m := 1; m <= 32; m++ {
+	for m := 1; m <= f4SyncMaxM; m++ {
 		if !l.f4SyncLoop(f4TileTokens(m)) || l.f4Fit(m, f4TileTokens(m)) {
 			t.Errorf("M=%d (tile %d) is not on the mma.sync loop", m, f4TileTokens(m))
 		}
 	}
-	for _, m := range []int{33, 48, 64, 128, f4FitMaxMDefault, f4FitMaxMDefault + 1, 2048} {
+	for _, m := range []int{f4SyncMaxM + 1, 48, 64, 128, f4FitMaxMDefault, f4FitMaxMDefault + 1, 2048} {
 		tt := f4TileTokens(m)
 		if l.f4SyncLoop(tt) || l.f4Fit(m, tt) != (m <= f4FitMaxMDefault) {
 			t.Errorf("M=%d (tile %d): mma.sync loop %v, fitted N %v", m, tt, l.f4SyncLoop(tt), l.f4Fit(m, tt))
