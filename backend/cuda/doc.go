@@ -50,7 +50,9 @@
 // KIMIMOE_NVRTC_VERBOSE=1 adds ptxas's -v (registers, spills, and its
 // notes on serialized wgmma) to the options and prints the compile log;
 // KIMIMOE_NVRTC_DEFINES ("NAME=VALUE ...") adds -D options, for kernel
-// variants under measurement.
+// variants under measurement; the ABI header's tunables (abiTunable: the
+// wgmma-fp4 loops' steps in flight and CTAs an SM, which the host does
+// not compute with) yield to them, e.g. KMOE_F4S_BLOCKS_T16=3.
 //
 // Timing (Layer.TimeForward, kimimoe bench). Each timed forward is
 // preceded on the stream by a read of a 256 MB buffer (kmoe_l2_flush;
