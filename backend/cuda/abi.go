@@ -474,7 +474,7 @@ var f4sTiles = []int{8, 16}
 
 // f4sAhead are the 128-k steps of weights in flight in registers, per
 // tile, and f4sBlocks the CTAs an SM the registers are held to (80 at
-// three). Measured on the H200 (docs/PERF.md f12): at 8 tokens, 4 steps at
+// three, 64 at four). Measured on the H200 (docs/PERF.md f12): at 8 tokens, 4 steps at
 // three CTAs against 2 at four: M=1 0.0738 -> 0.0675 ms, M=8 0.1680 ->
 // 0.1633, M=16 0.1778 -> 0.1731 (M=24 0.1884 -> 0.1911); at 16 tokens, 2
 // at three CTAs against 3 or 4 at two: M=32 0.2018 against 0.2138, 0.2089;
