@@ -812,7 +812,9 @@ func abiHeader() string {
 // in flight and the CTAs an SM that only the kernels read (launch bounds,
 // register arrays), so that one binary can measure their variants. Shared
 // memory sizes, tile shapes and the other values the host also computes
-// are not: a -D of one of those is a redefinition NVRTC reports.
+// are not: the header's #define of one of those comes after the option,
+// so the host's value stands (the kernels' static_asserts check the
+// sizes against the host's).
 func abiTunable(name string) bool {
 	for _, p := range []string{"F4_AHEAD_T", "F4S_AHEAD_T", "F4S_BLOCKS_T", "F4S_DEEP2_"} {
 		if strings.HasPrefix(name, p) {
