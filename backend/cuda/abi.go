@@ -479,7 +479,10 @@ var f4sTiles = []int{8, 16}
 // 0.1633, M=16 0.1778 -> 0.1731 (M=24 0.1884 -> 0.1911); at 16 tokens, 2
 // at three CTAs against 3 or 4 at two: M=32 0.2018 against 0.2138, 0.2089;
 // since f45 at four CTAs (64 registers) with the 256-k window (f4sWinK);
-// 4 or 6 steps at two CTAs were 5% and 11% slower at M=32 (21:11 UTC).
+// 4 or 6 steps at two CTAs were 5% and 11% slower at M=32 (21:11 UTC);
+// so were the loop widening one A word at a time (4 registers, alone or
+// with 4 steps at three CTAs) and GEMM2 with steps and CTAs of its own
+// (4 at three, 8 at two): docs/PERF.md, the tried rows after f45.
 var (
 	f4sAhead  = map[int]int{8: 4, 16: 2}
 	f4sBlocks = map[int]int{8: 3, 16: 4}
