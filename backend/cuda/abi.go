@@ -371,13 +371,13 @@ type wgGemm2Args struct {
 const (
 	f4ChunkBytes   = 128 * 16 // payload of one 64-row group and 64-k chunk
 	f4ChunkScales  = 32 * 4   // its scale bytes: one word a quad (its four threads share rows and blocks)
-	abiF4TileMax   = 128      // the largest token tile
+	abiF4TileMax   = 256      // the largest token tile
 	abiF4RowsGemm1 = 64       // intermediate features per GEMM1 CTA (two warpgroups of 32)
 	abiF4RowsGemm2 = 128      // output rows per GEMM2 CTA (two warpgroups of 64)
 )
 
 // f4Tiles are the instances' tokens per tile (the wgmma's N).
-var f4Tiles = []int{8, 16, 32, 48, 64, 128}
+var f4Tiles = []int{8, 16, 32, 48, 64, 128, 256}
 
 // f4FitTiles are the tiles with instances whose wgmma loop runs at N = the
 // tile's tokens rounded up to 8 (kmoe_f4_*_fit_t*, taken up to f4FitMaxM
@@ -400,6 +400,15 @@ const (
 	f4FitPipe      = 64
 	f4FitPipeAhead = 2
 )
+
+// f4PipeMinTokens is the smallest plain (not fitted) tile whose wgmma loop
+// double-buffers its A registers as f4FitPipe's does (0: none), with
+// f4Ahead's steps in flight: the 128- and 256-token tiles, one CTA an SM,
+// whose two warpgroups left the tensor cores idle while each widened its
+// next chunk. Measured on the H200 (docs/PERF.md f46, the 128-token tile
+// forced at every M, two passes in one call): M=2048 2.676 -> 2.467 ms,
+// 8192 10.09 -> 9.27 with the A buffers alone (both passes within 0.3%).
+const f4PipeMinTokens = 128
 
 // f4FitMaxMDefault is the most tokens the fitted instances take (between
 // the measured 512, where they win, and 1024, where they lose).
@@ -437,7 +446,11 @@ const actByTileMaxMDefault = 192
 
 // f4Stages are the token chunks staged at once per tile size: deeper for
 // small tiles, whose stages are small and whose loop is latency-bound.
-var f4Stages = map[int]int{8: 8, 16: 6, 32: 5, 48: 4, 64: 4, 128: 3}
+// The 128-token tile (docs/PERF.md f46): 3 and 5 within 0.1% of each other
+// with A single-buffered, 5 and 6 within 0.2% with it double-buffered
+// (f4PipeMinTokens); 5 kept, as measured with that. The 256-token tile's
+// 64 KB stages leave room for 3 at one CTA an SM.
+var f4Stages = map[int]int{8: 8, 16: 6, 32: 5, 48: 4, 64: 4, 128: 5, 256: 3}
 
 // f4Ahead are the 128-k steps of weights each thread has in flight in
 // registers, per tile size, on the wgmma loop: 4 words a chunk, two chunks
@@ -449,7 +462,10 @@ var f4Stages = map[int]int{8: 8, 16: 6, 32: 5, 48: 4, 64: 4, 128: 3}
 // they run this loop only with KIMIMOE_FP4_SYNC=0. 48 tokens at 4 steps
 // ran 1.7x slower than at 2 (past three CTAs' registers; its stages, 3 to
 // 5, within 1% of each other: docs/PERF.md, the tried row after f40).
-var f4Ahead = map[int]int{8: 2, 16: 2, 32: 2, 48: 2, 64: 4, 128: 2}
+// 128 tokens with A double-buffered (f4PipeMinTokens): 4 steps 2.9% ahead
+// of 2 at M=8192, 3.0% at 2048 (docs/PERF.md f46); 256 tokens hold 128
+// accumulators, so 2.
+var f4Ahead = map[int]int{8: 2, 16: 2, 32: 2, 48: 2, 64: 4, 128: 4, 256: 2}
 
 // f4Smem is the wgmma loop's dynamic shared memory: sizeof(F4Smem<nt>)
 // (the staged tokens, 128 k a stage, and the tile's source rows) and the
@@ -778,16 +794,16 @@ func abiHeader() string {
 		{"WG_SMEM_128", wgSmem(128)}, {"WG_SMEM_256", wgSmem(256)},
 		{"SMEM_ALIGN", abiSmemAlign},
 		{"F4_STAGES_T8", f4Stages[8]}, {"F4_STAGES_T16", f4Stages[16]}, {"F4_STAGES_T32", f4Stages[32]},
-		{"F4_STAGES_T48", f4Stages[48]}, {"F4_STAGES_T64", f4Stages[64]}, {"F4_STAGES_T128", f4Stages[128]},
-		{"F4_SMEM_T8", f4Smem(8)}, {"F4_SMEM_T128", f4Smem(128)},
+		{"F4_STAGES_T48", f4Stages[48]}, {"F4_STAGES_T64", f4Stages[64]}, {"F4_STAGES_T128", f4Stages[128]}, {"F4_STAGES_T256", f4Stages[256]},
+		{"F4_SMEM_T8", f4Smem(8)}, {"F4_SMEM_T128", f4Smem(128)}, {"F4_SMEM_T256", f4Smem(256)},
 		{"F4_AHEAD_T8", f4Ahead[8]}, {"F4_AHEAD_T16", f4Ahead[16]}, {"F4_AHEAD_T32", f4Ahead[32]},
-		{"F4_AHEAD_T48", f4Ahead[48]}, {"F4_AHEAD_T64", f4Ahead[64]}, {"F4_AHEAD_T128", f4Ahead[128]},
+		{"F4_AHEAD_T48", f4Ahead[48]}, {"F4_AHEAD_T64", f4Ahead[64]}, {"F4_AHEAD_T128", f4Ahead[128]}, {"F4_AHEAD_T256", f4Ahead[256]},
 		{"F4S_WIN_K_T8", f4sWinK[8]}, {"F4S_WIN_K_T16", f4sWinK[16]}, {"F4S_AHEAD_T8", f4sAhead[8]}, {"F4S_AHEAD_T16", f4sAhead[16]},
 		{"F4S_BLOCKS_T8", f4sBlocks[8]}, {"F4S_BLOCKS_T16", f4sBlocks[16]},
 		{"F4S_DEEP2_AHEAD", f4sDeep2.ahead}, {"F4S_DEEP2_BLOCKS", f4sDeep2.blocks},
 		{"F4S_SMEM_T8", f4sSmem(8)}, {"F4S_SMEM_T16", f4sSmem(16)},
 		{"F4_CHUNK_BYTES", f4ChunkBytes}, {"F4_CHUNK_SCALES", f4ChunkScales}, {"F4_TILE_MAX", abiF4TileMax},
-		{"F4_FIT_TILE_MAX", f4FitTiles[len(f4FitTiles)-1]}, {"F4_FIT_PIPE", f4FitPipe}, {"F4_FIT_PIPE_AHEAD", f4FitPipeAhead},
+		{"F4_FIT_TILE_MAX", f4FitTiles[len(f4FitTiles)-1]}, {"F4_FIT_PIPE", f4FitPipe}, {"F4_FIT_PIPE_AHEAD", f4FitPipeAhead}, {"F4_PIPE_MIN_T", f4PipeMinTokens},
 	} {
 		if abiTunable(d.name) {
 			fmt.Fprintf(&b, "#ifndef KMOE_%s\n#define KMOE_%s %d\n#endif\n", d.name, d.name, d.v)
@@ -824,7 +840,7 @@ func abiTunable(name string) bool {
 			return true
 		}
 	}
-	return name == "F4_FIT_PIPE" || name == "F4_FIT_PIPE_AHEAD"
+	return name == "F4_FIT_PIPE" || name == "F4_FIT_PIPE_AHEAD" || name == "F4_PIPE_MIN_T"
 }
 
 // kernelProgram is the source NVRTC compiles: the ABI header, then the

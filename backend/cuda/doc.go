@@ -78,8 +78,8 @@
 // by 2^(s-1), which is exact (every E2M1 x 2^(s-127) with s
 // <= 128 is a BF16 value, the subnormal at code 0.5 included; checked
 // exhaustively on the device), and fed to wgmma as its register-sourced A
-// operand with the weights on the 64-row side and 8 to 64 tokens of one
-// expert on the narrow side, staged as BF16 in shared memory in the
+// operand with the weights on the 64-row side and 8 to 128 tokens of one
+// expert on the narrow side (256 when forced), staged as BF16 in shared memory in the
 // 128-byte swizzled form (each row's 16-byte pieces permuted by its place
 // in its 8-row group, which spreads a piece of eight rows over all the
 // banks; measured 1.4-1.5x faster at M = 128 .. 512 than the unswizzled
@@ -123,7 +123,11 @@
 // once every GEMM1 CTA has started. The 16-token tile skips the MMAs of
 // its second 8-token group when the tile holds 8 tokens or fewer. The
 // token tile grows with M (f4TileTokens: 8, 16, 32, then 48 from 89 to
-// 144 tokens at three CTAs an SM, 64 above at two). From 89
+// 144 tokens at three CTAs an SM, 64 up to 1024 at two, 128 above at one,
+// whose two warpgroups double-buffer their widened A registers so that a
+// chunk's wgmmas run while the next chunk is widened: f4PipeMinTokens;
+// a 256-token tile, measured slower than 128 at every M, runs only when
+// KIMIMOE_FP4_TOKENS=256 forces it). From 89
 // to 8192 tokens (f4ActMinMDefault, f4ActMaxMDefault; measured: 4.5% at
 // M=128, 4% at 4096 and 8192 since the kernel takes four features a
 // lane, 3.5-4% at 89 and 96 on the 48-token tile, slower below on the

@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"kimimoe/activation"
@@ -315,4 +316,55 @@ func TestF4ActKernel(t *testing.T) {
 	set(l, true, true)
 	requireLaunched(t, l, kimiInput(t, s, w, 128, 9798), 128, &b.k.actRequant, "the activation kernel")
 	set(l, false, false)
+}
+
+// TestF4LargeTiles: the 128- and 256-token tiles (one CTA an SM, A
+// double-buffered: f4_pipe) give the bits of the 64-token tile, the
+// 128-token one at the fewest tokens the default gives it (f4T128MinM),
+// the 256-token one (KIMIMOE_FP4_TOKENS=256 only) at M=4133, its last
+// tiles part-filled; both agree with the oracle, with GEMM1's activation
+// kernel and with its fused epilogue (which runs past f4ActMaxMDefault
+// tokens). The tokens of a tile sum the same
+// products in the same k order whatever the tile, so a token staged into
+// the wrong row, a piece of the 256-token tile's compact staging
+// (F4Pieces::COMPACT) at the wrong address or a wgmma reading a buffer
+// the widening is still writing would show as other bits. The last part
+// shows the forward launches the 256-token GEMM2 at all.
+func TestF4LargeTiles(t *testing.T) {
+	b, l, s, w, o := kimiF4Layer(t)
+	set := func(tokens, actMaxM int) {
+		t.Helper()
+		setLayer(t, l, func() { l.f4Tokens, l.f4ActMaxM = tokens, actMaxM })
+	}
+	if tt := f4TileTokens(f4T128MinM); tt != 128 || f4TileTokens(f4T128MinM-1) != 64 {
+		t.Fatalf("M=%d: tile %d, M=%d: tile %d", f4T128MinM, tt, f4T128MinM-1, f4TileTokens(f4T128MinM-1))
+	}
+	for _, c := range []struct{ m, tile, forced int }{{f4T128MinM, 128, 0}, {4133, 256, 256}} {
+		m := c.m
+		if l.PathFor(m) != "wgmma-fp4" || l.f4Fit(m, c.tile) {
+			t.Fatalf("M=%d: path %s, fitted %v", m, l.PathFor(m), l.f4Fit(m, c.tile))
+		}
+		in := kimiInput(t, s, w, m, uint64(9900+m))
+		var outs [2][]float32
+		for i, tokens := range []int{c.forced, 64} {
+			set(tokens, f4ActMaxMDefault)
+			outs[i] = forwardOut(t, l, in, m)
+		}
+		requireSameBits(t, m, fmt.Sprintf("on the %d-token tile", c.tile), outs[0], "on the 64-token tile", outs[1])
+		set(c.forced, 0)
+		fused := forwardOut(t, l, in, m)
+		requireSameBits(t, m, "with GEMM1's epilogue", fused, "with the activation kernel", outs[0])
+		comparePaths(t, o, in, w.K, [2]string{fmt.Sprintf("the %d-token tile", c.tile), "the 64-token tile"}, outs)
+	}
+	set(256, f4ActMaxMDefault)
+	m := 4133
+	in := kimiInput(t, s, w, m, 9999)
+	saved := b.k.f4Gemm2[256]
+	b.k.f4Gemm2[256] = kernel[f4Gemm2Args]{}
+	err := l.Forward(nanFilledOut(m*w.K), in, nil)
+	b.k.f4Gemm2[256] = saved
+	set(0, f4ActMaxMDefault)
+	if err == nil {
+		t.Fatalf("M=%d ran without the 256-token GEMM2", m)
+	}
 }

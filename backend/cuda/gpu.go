@@ -136,7 +136,8 @@ func (l *Layer) actByTile(m int) bool {
 // 0.2434; M=144 0.2756/0.2760 against 0.2737/0.2739; M=160 0.2833/0.2845
 // against 0.3108/0.3105). With the bench's routing an expert gets about
 // 0.29 M tokens, so 48 holds one expert's tokens up to M = 144 or so, and
-// its instances run three CTAs an SM where 64's run two.
+// its instances run three CTAs an SM where 64's run two. Then 64 up to
+// 1024 tokens and 128 above (f4T128MinM).
 func f4TileTokens(m int) int {
 	switch {
 	case m <= 24:
@@ -147,9 +148,23 @@ func f4TileTokens(m int) int {
 		return 32
 	case m <= 144:
 		return 48
+	case m < f4T128MinM:
+		return 64
 	}
-	return 64
+	return 128
 }
+
+// f4T128MinM is the fewest tokens on the 128-token tile (one CTA an SM, A
+// double-buffered: f4PipeMinTokens), where the widening of a weight
+// serves twice the tokens of the 64-token tile's. Measured on the H200
+// (docs/PERF.md f46; two passes in one call, the 128-token tile forced
+// against the 64-token default): M=512 0.909/0.907 against 0.753/0.757 ms,
+// 1024 1.408/1.403 against 1.392/1.408 (even), 2048 2.395/2.389 against
+// 2.643/2.663, 8192 9.011/8.997 against 10.187/10.254. The 256-token tile
+// (KIMIMOE_FP4_TOKENS=256 only) was slower than 128 at every M measured
+// (f46's second call: 2048 2.922 against 2.390, 4096 5.006 against 4.642,
+// 8192 9.725 against 8.994), so the default never takes it.
+const f4T128MinM = 1025
 
 // f4SyncMaxM is the most tokens on the small tiles (f4sTiles), whose
 // GEMMs run the barrier-free mma.sync loop (f4TileTokens).

@@ -61,6 +61,9 @@ func TestF4TileTokens(t *testing.T) {
 // SM must fit in (TestF4SyncTiles, TestF4TileSmemFits).
 const smemSM, reservedCTA = 228 << 10, 1 << 10
 
+// Shared memory one CTA may have on sm_90 (the same table): 227 KB.
+const smemCTA = 227 << 10
+
 // The barrier-free loop's tiles are tiles of the path, and the ones M up
 // to f4SyncMaxM takes (f4TileTokens); above it the wgmma loop runs, at each tile's
 // N up to f4FitMaxM tokens (f4Fit), at the tile's above.
@@ -123,6 +126,9 @@ func TestF4TileSmemFits(t *testing.T) {
 		// GEMM1's static s_amax, 4 bytes a token and warp.
 		if need := blocks * (f4Smem(nt) + 32*nt + reservedCTA); need > smemSM {
 			t.Errorf("%s: %d CTAs an SM need %d bytes of shared memory, the SM has %d", m[2], blocks, need, smemSM)
+		}
+		if need := f4Smem(nt) + 32*nt + 1<<10; need > smemCTA { // 1 KB: the tile's and the barriers' other statics, generously
+			t.Errorf("%s: a CTA needs %d bytes of shared memory, one CTA may have %d", m[2], need, smemCTA)
 		}
 	}
 	for _, nt := range f4Tiles {

@@ -1449,13 +1449,15 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_l2_flush(const L
 template <int NT>
 __device__ constexpr int f4_ahead() {
     return NT == 8 ? KMOE_F4_AHEAD_T8 : NT == 16 ? KMOE_F4_AHEAD_T16 : NT == 32 ? KMOE_F4_AHEAD_T32
-                                    : NT == 48 ? KMOE_F4_AHEAD_T48 : NT == 64 ? KMOE_F4_AHEAD_T64 : KMOE_F4_AHEAD_T128;
+                                    : NT == 48 ? KMOE_F4_AHEAD_T48 : NT == 64 ? KMOE_F4_AHEAD_T64
+                                    : NT == 128 ? KMOE_F4_AHEAD_T128 : KMOE_F4_AHEAD_T256;
 }
 
 template <int NT>
 __device__ constexpr int f4_stages() {
     return NT == 8 ? KMOE_F4_STAGES_T8 : NT == 16 ? KMOE_F4_STAGES_T16 : NT == 32 ? KMOE_F4_STAGES_T32
-                                     : NT == 48 ? KMOE_F4_STAGES_T48 : NT == 64 ? KMOE_F4_STAGES_T64 : KMOE_F4_STAGES_T128;
+                                     : NT == 48 ? KMOE_F4_STAGES_T48 : NT == 64 ? KMOE_F4_STAGES_T64
+                                     : NT == 128 ? KMOE_F4_STAGES_T128 : KMOE_F4_STAGES_T256;
 }
 
 // A stage holds one step: two 64-k chunks of the tile's tokens, each in
@@ -1466,12 +1468,13 @@ struct F4Smem {
     u8 b[f4_stages<NT>()][2][NT * WG_CHUNK_BYTES];
     int src[NT];
 };
-static_assert(sizeof(F4Smem<8>) + KMOE_SMEM_ALIGN == KMOE_F4_SMEM_T8 && sizeof(F4Smem<128>) + KMOE_SMEM_ALIGN == KMOE_F4_SMEM_T128,
+static_assert(sizeof(F4Smem<8>) + KMOE_SMEM_ALIGN == KMOE_F4_SMEM_T8 && sizeof(F4Smem<128>) + KMOE_SMEM_ALIGN == KMOE_F4_SMEM_T128 &&
+                  sizeof(F4Smem<256>) + KMOE_SMEM_ALIGN == KMOE_F4_SMEM_T256,
               "the host's dynamic shared memory sizes (smem_1k's alignment included)");
 
 // d += A (64 x 16 BF16 in registers, the layout's fragment) x B (16 x N,
 // descriptor db), float32 accumulators. N: every multiple of 8 up to 64
-// (a tile's tokens rounded up to a whole 8: f4_k_loop's NE), and 128.
+// (a tile's tokens rounded up to a whole 8: f4_k_loop's NE), 128 and 256.
 __device__ __forceinline__ void wgmma_rs_n8(float (&d)[4], const u32 (&a)[4], u64 db) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
@@ -1553,6 +1556,15 @@ __device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const u32 (&a)[4],
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
 
+__device__ __forceinline__ void wgmma_rs_n256(float (&d)[128], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
 template <int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const u32 (&a)[4], u64 db) {
     if constexpr (N == 8) wgmma_rs_n8(d, a, db);
@@ -1563,24 +1575,44 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const u32 (&a)[4], u
     else if constexpr (N == 48) wgmma_rs_n48(d, a, db);
     else if constexpr (N == 56) wgmma_rs_n56(d, a, db);
     else if constexpr (N == 64) wgmma_rs_n64(d, a, db);
+    else if constexpr (N == 128) wgmma_rs_n128(d, a, db);
     else {
-        static_assert(N == 128, "an instance above");
-        wgmma_rs_n128(d, a, db);
+        static_assert(N == 256, "an instance above");
+        wgmma_rs_n256(d, a, db);
     }
 }
 
 // The token pieces (16 bytes of a row's 128-k step) this thread stages,
 // found once: piece p = threadIdx.x + 256 i of the NT x 16 of a step.
+// COMPACT (the 256-token tile, 16 pieces a thread): the pieces' addresses
+// held in 48 registers would leave the 128 accumulators too few, so only
+// piece 0's are kept and the others follow: piece i is row r0 + 16 i at
+// the same byte of it (threadIdx.x fixes half and piece), and sw_off of
+// row r + 16 i is sw_off of r plus 2048 i (r mod 8 unchanged); each
+// stage reads the rows' sources from shared memory.
 template <int NT>
 struct F4Pieces {
     static constexpr int P = (NT * 16 + KMOE_THREADS - 1) / KMOE_THREADS;
-    const u8* src[P]; // the piece in step 0 (a zero row's: the first row, not read)
-    u32 dst[P];       // its shared-memory address in stage 0
-    bool valid[P];    // a real token (else zeros are written)
+    static constexpr bool COMPACT = NT == 256;
+    static constexpr int Q = COMPACT ? 1 : P;
+    const u8* src[Q]; // the piece in step 0 (a zero row's: the first row, not read); COMPACT: the tile's row 0's byte
+    u32 dst[Q];       // its shared-memory address in stage 0
+    bool valid[Q];    // a real token (else zeros are written)
+    const int* row;   // COMPACT: the source row of piece 0 (F4Smem::src + r0), rows 16 apart
+    int ld;           // COMPACT: bytes a source row
 };
 
 template <int NT>
 __device__ __forceinline__ void f4_pieces(F4Pieces<NT>& pc, F4Smem<NT>& s, const u8* rows, int ld) {
+    if constexpr (F4Pieces<NT>::COMPACT) {
+        static_assert(NT * 16 == KMOE_THREADS * F4Pieces<NT>::P && KMOE_THREADS / 16 == 16, "piece i: row r0 + 16 i");
+        int r0 = threadIdx.x >> 4, half = (threadIdx.x >> 3) & 1, piece = threadIdx.x & 7;
+        pc.src[0] = rows + half * WG_CHUNK_BYTES + piece * 16;
+        pc.dst[0] = smem_addr(&s.b[0][half][sw_off(r0, piece * 16)]);
+        pc.row = &s.src[r0];
+        pc.ld = ld;
+        return;
+    }
 #pragma unroll
     for (int i = 0; i < F4Pieces<NT>::P; i++) {
         int p = threadIdx.x + KMOE_THREADS * i;
@@ -1596,6 +1628,17 @@ __device__ __forceinline__ void f4_pieces(F4Pieces<NT>& pc, F4Smem<NT>& s, const
 template <int NT, int NE>
 __device__ __forceinline__ void f4_stage(const F4Pieces<NT>& pc, int st, int c) {
     constexpr u32 stage = 2 * NT * WG_CHUNK_BYTES;
+    if constexpr (F4Pieces<NT>::COMPACT) {
+        static_assert(NE == NT, "no fitted instance");
+#pragma unroll
+        for (int i = 0; i < F4Pieces<NT>::P; i++) {
+            int row = pc.row[16 * i];
+            const u8* src = pc.src[0] + (u64)(row < 0 ? 0 : row) * pc.ld + c * 2 * WG_CHUNK_BYTES;
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(pc.dst[0] + st * stage + 2048 * i), "l"(src),
+                         "r"(row >= 0 ? 16 : 0));
+        }
+        return;
+    }
 #pragma unroll
     for (int i = 0; i < F4Pieces<NT>::P; i++) {
         if (threadIdx.x + KMOE_THREADS * i < NE * 16)
@@ -1865,6 +1908,11 @@ struct F4SmemOf<NT, true> {
     typedef F4SyncSmem<NT> T;
 };
 
+// Whether the plain (not fitted) wgmma loop of the NT-token tile
+// double-buffers its A registers (f4PipeMinTokens in abi.go).
+template <int NT>
+__device__ constexpr bool f4_pipe() { return KMOE_F4_PIPE_MIN_T != 0 && NT >= KMOE_F4_PIPE_MIN_T; }
+
 // The steps in flight of the loop SYNC and FIT pick (the fitted instance
 // at KMOE_F4_FIT_PIPE tokens double-buffers A: fewer steps, f4FitPipe).
 template <int NT, int SYNC, bool FIT>
@@ -1885,7 +1933,7 @@ __device__ __forceinline__ void f4_tile_mma(float (&acc)[NT / 2], Smem& s, const
     for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
     if constexpr (SYNC != 0) f4s_k_loop<NT, SYNC>(acc, s, rows, kdim, wt, in, ntok);
     else if constexpr (FIT) f4_k_loop_fit<NT, NT>(acc, s, rows, kdim, wt, in, (ntok + 7) / 8);
-    else f4_k_loop<NT, NT>(acc, s, rows, kdim, wt, in);
+    else f4_k_loop<NT, NT, f4_tile_ahead<NT, SYNC, FIT>(), f4_pipe<NT>()>(acc, s, rows, kdim, wt, in);
 }
 #endif
 
@@ -1980,20 +2028,22 @@ __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
 // 32 (85; M=16 0.261 -> 0.223 ms against two, M=64 0.341 -> 0.304), three
 // at 48 (f39: M=128 0.2637 -> 0.2430 ms against the 64-token tile at two;
 // a 56-token tile at three was slower than both, f40), two at 64, one at
-// 128.
-static_assert(KMOE_F4_TILE_MAX == 128, "the instances below");
+// 128 and 256 (A double-buffered: f4_pipe).
+static_assert(KMOE_F4_TILE_MAX == 256, "the instances below");
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 4) kmoe_f4_gemm1_act_t8(const F4Gemm1Args a) { f4_gemm1_act<8, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_t16(const F4Gemm1Args a) { f4_gemm1_act<16, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_t32(const F4Gemm1Args a) { f4_gemm1_act<32, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_t48(const F4Gemm1Args a) { f4_gemm1_act<48, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm1_act_t64(const F4Gemm1Args a) { f4_gemm1_act<64, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm1_act_t128(const F4Gemm1Args a) { f4_gemm1_act<128, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm1_act_t256(const F4Gemm1Args a) { f4_gemm1_act<256, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 4) kmoe_f4_gemm2_t8(const F4Gemm2Args a) { f4_gemm2<8, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t16(const F4Gemm2Args a) { f4_gemm2<16, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t32(const F4Gemm2Args a) { f4_gemm2<32, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t48(const F4Gemm2Args a) { f4_gemm2<48, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm2_t64(const F4Gemm2Args a) { f4_gemm2<64, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm2_t128(const F4Gemm2Args a) { f4_gemm2<128, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm2_t256(const F4Gemm2Args a) { f4_gemm2<256, 0>(a); }
 // The wgmma loop at the tile's N (f4FitTiles; taken up to f4FitMaxM tokens).
 static_assert(KMOE_F4_FIT_TILE_MAX == 64, "the instances below");
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_fit_t32(const F4Gemm1Args a) { f4_gemm1_act<32, 0, true>(a); }
