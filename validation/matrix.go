@@ -29,7 +29,7 @@ var Suites = []string{"smoke", "real", "large", "all"}
 //	       routing; EP2 global ids; Kimi EP32 rank 7 (E_local 28, top-16, 8
 //	       slots local) at a small K and N; non-finite inputs; K = 160,
 //	       N = 96 (multiples of 32, not of 128, as GPT-OSS's 2880) at M = 8
-//	       and 64. Small shapes.
+//	       and 64; 70 local experts (top-6, M = 48). Small shapes.
 //	real   Kimi-K3 shape K=3584, N=3072, E_local=28, top-16, EP32 rank 7
 //	       with 8 of 16 slots local: decode M=1 and prefill M=128.
 //	large  the real shape at M = 512, 2048, 8192; the oracle checks 32
@@ -65,6 +65,11 @@ func ValidationMatrix(suite string, act activation.Kind, chain moe.Chain, recipe
 		s.Name, s.M, s.K, s.N, s.WeightSeed = fmt.Sprintf("k160_n96_m%d", m), m, 160, 96, 3
 		add(s)
 	}
+	// More local experts than a warp has lanes (70: three rounds of the
+	// GPU's tile search), a few tokens each.
+	s = base
+	s.Name, s.M, s.ELocal, s.TopK, s.WeightSeed = "many_local_experts_e70", 48, 70, 6, 4
+	add(s)
 
 	real := func(name string, m, sample int) CaseSpec {
 		s := KimiEP32Rank7(act, chain, recipe)

@@ -40,7 +40,7 @@ func TestValidateSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if !strings.Contains(out, "validate: 21 of 21 cases passed") {
+	if !strings.Contains(out, "validate: 22 of 22 cases passed") {
 		t.Fatalf("unexpected summary:\n%s", out)
 	}
 }
@@ -174,7 +174,7 @@ func TestPlanAndValidateJSONToStdout(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("stdout is not one JSON document: %v\n%.300s", err, out)
 	}
-	if len(doc.Results) != 21 || doc.Results[0].Status != "PASS" || doc.Results[0].Metrics["cosine"] == nil {
+	if len(doc.Results) != 22 || doc.Results[0].Status != "PASS" || doc.Results[0].Metrics["cosine"] == nil {
 		t.Errorf("unexpected JSON: %+v", doc.Results[:1])
 	}
 }
