@@ -573,12 +573,42 @@ __device__ __forceinline__ bool find_tile(const int* offset, const int* tile_bas
     return true;
 }
 
-// block_find_tile finds this CTA's tile (blockIdx.y) once, in thread 0, and
-// gives it to every thread; false for a CTA past the last tile.
+// find_tile by the 32 lanes of a warp, all active (each gets the
+// answer): tile_base rises from tile_base[0] = 0, so the experts whose
+// first tile is at or before j are a prefix and the last of them, the
+// prefix's length less one, is expert_of's answer; the lanes read the
+// bases side by side and count them with a vote, one round of loads
+// where expert_of's binary search made five dependent ones (28 experts),
+// each an L2 round trip at the start of every GEMM CTA.
+__device__ __forceinline__ bool warp_find_tile(const int* offset, const int* tile_base, int elocal, int tt, int j, Tile* t) {
+    const int lane = threadIdx.x & 31, tiles = tile_base[elocal];
+    int n = 0;
+    for (int i0 = 0; i0 < elocal; i0 += 32) {
+        const int i = i0 + lane;
+        n += __popc(__ballot_sync(0xFFFFFFFFu, i < elocal && tile_base[i] <= j));
+    }
+    if (j >= tiles) return false;
+    const int e = n - 1;
+    t->expert = e;
+    t->row0 = offset[e] + (j - tile_base[e]) * tt;
+    t->count = imin(tt, offset[e + 1] - t->row0);
+    return true;
+}
+
+// block_find_tile finds this CTA's tile (blockIdx.y) once, in warp 0
+// (warp_find_tile), and gives it to every thread; false for a CTA past the
+// last tile.
 __device__ __forceinline__ bool block_find_tile(const int* offset, const int* tile_base, int elocal, int tt, Tile* out) {
     __shared__ Tile s_tile;
     __shared__ int s_ok;
-    if (threadIdx.x == 0) s_ok = find_tile(offset, tile_base, elocal, tt, blockIdx.y, &s_tile);
+    if (threadIdx.x < 32) {
+        Tile t;
+        const bool ok = warp_find_tile(offset, tile_base, elocal, tt, blockIdx.y, &t);
+        if (threadIdx.x == 0) {
+            s_ok = ok;
+            s_tile = t;
+        }
+    }
     __syncthreads();
     *out = s_tile;
     return s_ok;
