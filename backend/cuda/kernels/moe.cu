@@ -564,17 +564,9 @@ struct Tile {
     int expert, row0, count;
 };
 
-__device__ __forceinline__ bool find_tile(const int* offset, const int* tile_base, int elocal, int tt, int j, Tile* t) {
-    if (j >= tile_base[elocal]) return false;
-    int e = expert_of(tile_base, elocal, j);
-    t->expert = e;
-    t->row0 = offset[e] + (j - tile_base[e]) * tt;
-    t->count = imin(tt, offset[e + 1] - t->row0);
-    return true;
-}
-
-// find_tile by the 32 lanes of a warp, all active (each gets the
-// answer): tile_base rises from tile_base[0] = 0, so the experts whose
+// warp_find_tile finds tile j's expert and rows (false past the last
+// tile) with the 32 lanes of a warp, all active (each gets the answer):
+// tile_base rises from tile_base[0] = 0, so the experts whose
 // first tile is at or before j are a prefix and the last of them, the
 // prefix's length less one, is expert_of's answer; the lanes read the
 // bases side by side and count them with a vote, one round of loads
