@@ -25,6 +25,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-build}" = build ]; then
   set -e
+  bash scripts/kernel-syntax.sh # the kernels' C++ before any device time goes to NVRTC
   mkdir -p .gpu
   go test -c -o .gpu/cuda.test ./backend/cuda
   go build -o .gpu/kimimoe ./cmd/kimimoe
