@@ -843,12 +843,8 @@ func abiTunable(name string) bool {
 	return name == "F4_FIT_PIPE" || name == "F4_FIT_PIPE_AHEAD" || name == "F4_PIPE_MIN_T"
 }
 
-// kernelProgram is the source NVRTC compiles: the ABI header, then the
-// embedded kernels.
-func kernelProgram() string { return abiHeader() + "#line 1 \"moe.cu\"\n" + kernelSource }
-
-// KernelProgram is the CUDA C++ source the backend compiles with NVRTC
-// (the ABI header generated from this package's argument structs, then
-// kernels/moe.cu), for tools that inspect or check it; it needs no
-// driver. scripts/kernel-syntax.sh checks it with a host compiler.
-func KernelProgram() string { return kernelProgram() }
+// KernelProgram is the CUDA C++ source the backend compiles with NVRTC:
+// the ABI header generated from this package's argument structs, then the
+// embedded kernels/moe.cu. It needs no driver; scripts/kernelsrc prints it
+// and scripts/kernel-syntax.sh checks it with a host compiler.
+func KernelProgram() string { return abiHeader() + "#line 1 \"moe.cu\"\n" + kernelSource }

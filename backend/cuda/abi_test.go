@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"os"
 	"reflect"
 	"regexp"
 	"slices"
@@ -91,9 +90,6 @@ func TestABIStructs(t *testing.T) {
 	got := packParams([]activation.Params{p})
 	if len(got) != abiParamStride || got[0] != 4 || got[4] != 9 {
 		t.Errorf("packParams = %v", got)
-	}
-	if os.Getenv("KIMIMOE_DUMP_KERNEL") != "" { // for compiling by hand
-		os.WriteFile(os.Getenv("KIMIMOE_DUMP_KERNEL"), []byte(kernelProgram()), 0o644)
 	}
 }
 

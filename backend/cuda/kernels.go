@@ -39,7 +39,7 @@ func CompileFor(arch string, nativeMX bool) ([]byte, error) {
 	ver := fmt.Sprintf("%d.%d", major, minor)
 	opts := compileOptions(arch, nativeMX)
 	dir := cacheDir()
-	src := kernelProgram()
+	src := KernelProgram()
 	key := cacheKey(src, arch, opts, ver)
 	if cubin := cacheGet(dir, key); cubin != nil {
 		return cubin, nil
