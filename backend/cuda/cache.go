@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // cacheDir is where compiled kernels are kept: $KIMIMOE_CACHE, else the
@@ -19,6 +20,21 @@ func cacheDir() string {
 		return ""
 	}
 	return filepath.Join(d, "kimimoe", "cubin")
+}
+
+// ptxasVerbose is the option KIMIMOE_NVRTC_VERBOSE=1 adds. ptxas's -v
+// prints its notes (registers, spills, serialized wgmma) and leaves the
+// code as it is, so the cubin cache's key leaves it out (cacheKeyOptions):
+// a verbose compile fills the entry that later runs without the variable
+// read. Keyed by it, a verbose compile's entry served verbose runs alone:
+// the next run without the variable compiled the module again, about
+// 100 s on the GPU machine (docs/PERF.md, f49).
+const ptxasVerbose = "--ptxas-options=-v"
+
+// cacheKeyOptions are the compile options that key a cubin: all but
+// ptxasVerbose.
+func cacheKeyOptions(opts []string) []string {
+	return slices.DeleteFunc(slices.Clone(opts), func(o string) bool { return o == ptxasVerbose })
 }
 
 // cacheKey hashes everything that determines a cubin.

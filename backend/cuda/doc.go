@@ -48,7 +48,9 @@
 // by the SHA-256 of source, architecture, options and NVRTC version; each
 // entry carries its own hash and a corrupt entry is rebuilt, not trusted.
 // KIMIMOE_NVRTC_VERBOSE=1 adds ptxas's -v (registers, spills, and its
-// notes on serialized wgmma) to the options and prints the compile log;
+// notes on serialized wgmma) to the options and prints the compile log; it
+// compiles even on a cache hit, and since -v leaves the cubin as it is,
+// it is not part of the key: its cubin serves later runs without it;
 // KIMIMOE_NVRTC_DEFINES ("NAME=VALUE ...") adds -D options, for kernel
 // variants under measurement; the ABI header's tunables (abiTunable: the
 // wgmma-fp4 loops' steps in flight and CTAs an SM, which the host does

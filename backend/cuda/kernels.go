@@ -5,6 +5,7 @@ package cuda
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -14,7 +15,7 @@ func compileOptions(arch string, nativeMX bool) []string {
 		opts = append(opts, "-DKMOE_NATIVE_MX")
 	}
 	if os.Getenv("KIMIMOE_NVRTC_VERBOSE") == "1" { // ptxas's resource and performance notes, printed at compile time
-		opts = append(opts, "--ptxas-options=-v")
+		opts = append(opts, ptxasVerbose)
 	}
 	// Kernel variants for measurements: NAME=VALUE words, each a -D
 	// option (the cache key includes them).
@@ -40,9 +41,13 @@ func CompileFor(arch string, nativeMX bool) ([]byte, error) {
 	opts := compileOptions(arch, nativeMX)
 	dir := cacheDir()
 	src := KernelProgram()
-	key := cacheKey(src, arch, opts, ver)
-	if cubin := cacheGet(dir, key); cubin != nil {
-		return cubin, nil
+	key := cacheKey(src, arch, cacheKeyOptions(opts), ver)
+	// A verbose run compiles even where the cache holds the cubin: the
+	// notes it asks for come from the compile.
+	if !slices.Contains(opts, ptxasVerbose) {
+		if cubin := cacheGet(dir, key); cubin != nil {
+			return cubin, nil
+		}
 	}
 	cubin, err := nvrtcCompile(src, "moe.cu", arch, opts)
 	if err != nil {
