@@ -15,6 +15,10 @@
 # mma.sync and wgmma GEMMs), bench.json (default paths), bench_nofp4.json
 # (the paths before wgmma-fp4) and peer_triton.json; compute-sanitizer
 # memcheck and racecheck on the smoke suite go to run.log.
+# A call's own script (A/B of two binaries, variants) starts with
+# `source scripts/device-prelude.sh` and compiles with its compile_all:
+# it says why a bare `wait` or a timeout shorter than a compile loses the
+# whole call.
 # On nvidia-h200-x2 (two GPUs, NCCL), with carry [".gpu"]:
 #   bash scripts/gpu-check.sh multi
 # runs the group tests, validate over 2 devices in both modes from one
