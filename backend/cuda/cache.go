@@ -23,8 +23,11 @@ func cacheDir() string {
 }
 
 // ptxasVerbose is the option KIMIMOE_NVRTC_VERBOSE=1 adds. ptxas's -v
-// prints its notes (registers, spills, serialized wgmma) and leaves the
-// code as it is, so the cubin cache's key leaves it out (cacheKeyOptions):
+// (--verbose) prints code generation statistics (registers, spills,
+// serialized wgmma) and asks for no other code, so the cubin cache's key
+// leaves it out (cacheKeyOptions; the byte-for-byte check of a verbose
+// and a plain cubin is owed to a device call:
+// docs/gpu-runs/experiments/f49_next_call.sh):
 // a verbose compile fills the entry that later runs without the variable
 // read. Keyed by it, a verbose compile's entry served verbose runs alone:
 // the next run without the variable compiled the module again, about

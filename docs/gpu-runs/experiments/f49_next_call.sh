@@ -9,7 +9,15 @@
 # loop's tests, validate with the 16- and 8-token tiles at every M on both binaries with the JSONs compared (the
 # same bits expected), both chains by default against f48's JSONs, memcheck and racecheck with the 16-token tile.
 source scripts/device-prelude.sh
+# Beside them, the same module compiled without ptxas's -v into a cache of its own: since commit 9f17c6c the two
+# compiles share a cache key, which is right only if -v leaves the cubin byte for byte as it is.
+KIMIMOE_CACHE=/tmp/kc_plain timeout 240 .gpu/kimimoe bench --backend cuda --k 256 --n 256 --m 1 --rounds 1 --warmup 0 --copy-mb 64 > /tmp/plain.txt 2>&1 &
+plain=$!
 PTXAS_KERNELS='kmoe_f4s_gemm[a-z0-9_]*' compile_all kimimoe kimimoe_old
+wait_own $plain
+for f in /tmp/kc_plain/*.cubin; do
+  cmp -s "$f" "/tmp/kc/$(basename "$f")" && echo "ptxas -v: the same cubin as without it ($(basename "$f" | cut -c1-8))" || echo "ptxas -v: a DIFFERENT cubin, or none, for $(basename "$f")"
+done
 for p in 1 2 3; do
   for b in kimimoe_old kimimoe; do
     echo "== $b pass $p (t=$(el) s)"
