@@ -44,15 +44,15 @@ wait_own() {
 # $PTXAS_KERNELS (an extended regex; default the wgmma-fp4 GEMMs) and any
 # error. COMPILE_TIMEOUT (default 240 s) bounds each.
 compile_all() {
-	local b pids=()
-	for b in "$@"; do
+	local b bins=("$@") pids=()
+	for b in "${bins[@]}"; do
 		KIMIMOE_NVRTC_VERBOSE=1 timeout "${COMPILE_TIMEOUT:-240}" ".gpu/$b" bench --backend cuda --k 256 --n 256 --m 1 \
 			--rounds 1 --warmup 0 --copy-mb 64 >"/tmp/compile_$b.txt" 2>&1 &
 		pids+=($!)
 	done
 	local i rc
 	for i in "${!pids[@]}"; do
-		b=${*:i+1:1}
+		b=${bins[$i]}
 		wait "${pids[$i]}"
 		rc=$?
 		echo "compiled $b: exit $rc (t=$(el) s)"

@@ -25,13 +25,12 @@ func cacheDir() string {
 // ptxasVerbose is the option KIMIMOE_NVRTC_VERBOSE=1 adds. ptxas's -v
 // (--verbose) prints code generation statistics (registers, spills,
 // serialized wgmma) and asks for no other code, so the cubin cache's key
-// leaves it out (cacheKeyOptions; the byte-for-byte check of a verbose
-// and a plain cubin is owed to a device call:
-// docs/gpu-runs/experiments/f49_next_call.sh):
-// a verbose compile fills the entry that later runs without the variable
-// read. Keyed by it, a verbose compile's entry served verbose runs alone:
-// the next run without the variable compiled the module again, about
-// 100 s on the GPU machine (docs/PERF.md, f49).
+// leaves it out (cacheKeyOptions): a verbose compile fills the entry that
+// later runs without the variable read. Keyed by it, a verbose compile's
+// entry served verbose runs alone, and the next plain run compiled the
+// module again, about 100 s on the GPU machine (docs/PERF.md, f49). That
+// the two cubins are byte for byte the same is still to be checked on the
+// device (docs/gpu-runs/experiments/f49_next_call.sh).
 const ptxasVerbose = "--ptxas-options=-v"
 
 // cacheKeyOptions are the compile options that key a cubin: all but
