@@ -165,3 +165,22 @@ func TestF4ActKernelRange(t *testing.T) {
 		t.Error("KIMIMOE_FP4_ACT_MAX_M=0 left M=128 on the activation kernel")
 	}
 }
+
+// The mma.sync loop's 8-token tile finds each token row's 16-byte pieces
+// by a 32-bit count of 16-byte units from the buffer's start (F4sPieces in
+// kernels/moe.cu): f4sAddressable admits a buffer exactly when its last
+// piece's count fits in 32 bits, so the largest it admits ends at count
+// 2^32 - 1 and the smallest it refuses would wrap to 0.
+func TestF4sAddressable(t *testing.T) {
+	lastPiece := func(elems int) uint64 { return (2*uint64(elems) - 1) / 16 } // BF16 elements
+	const most = 1<<35 - 1                                                    // BF16 elements, 2^36 - 2 bytes
+	if !f4sAddressable(most) || lastPiece(most) != 1<<32-1 {
+		t.Errorf("a buffer of %d elements: admitted %v, its last piece %d", most, f4sAddressable(most), lastPiece(most))
+	}
+	if f4sAddressable(1 << 35) {
+		t.Errorf("a buffer of 2^35 elements (64 GiB, last piece at 2^32) admitted")
+	}
+	if f4sAddressable(8192*3584, 1<<35) || !f4sAddressable(8192*3584, 8192*16*3072) {
+		t.Error("f4sAddressable does not check every buffer it is given")
+	}
+}

@@ -1850,11 +1850,65 @@ __device__ __forceinline__ void mma_bf16_m16n8k16(float* d, const u32 (&a)[4], u
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Stage window w (k [w WIN, + WIN), WIN = f4s_win, within kdim) of the
-// tile's token rows (s.src, -1 a zero row; 2 kdim bytes a row) into
-// buffer b.
+// Whether the NT-token tile stages its token windows from pieces found
+// once a tile (F4sPieces) instead of finding each row's source again every
+// window (f4s_stage_rows). docs/PERF.md f49 and f49b: found once, 1-2% off
+// M = 1..24 (the 8-token tile, 80 registers) but 1% onto M = 25..36 (the
+// 16-token tile, where the pieces' registers made ptxas spill at 64).
 template <int NT>
-__device__ __forceinline__ void f4s_stage(F4SyncSmem<NT>& s, int b, const u8* rows, int kdim, int w) {
+__device__ constexpr bool f4s_keep_pieces() { return NT == 8; }
+
+// The token pieces this thread stages in every window, found once a tile.
+// Piece i is row r0 + i RS of the tile, 16 bytes at column col of the
+// window; off[i] its source in 16-byte units from rows (a zero row's: row
+// 0's, not read; the host keeps the 8-token tile's token buffers under 64
+// GiB, f4sAddressable in gpu.go), bit i of valid set for a real token.
+template <int NT>
+struct F4sPieces {
+    static constexpr int PR = f4s_win<NT>() / 8; // 16-byte pieces a row
+    static constexpr int RS = KMOE_THREADS / PR;  // rows apart
+    static constexpr int RP = (NT + RS - 1) / RS; // rows a thread
+    static_assert(KMOE_THREADS % PR == 0 && NT % RS == 0, "whole rows a pass, every thread the same count");
+    u32 off[RP];
+    u32 valid;
+    u32 dst; // piece 0's shared-memory address in buffer 0
+    int col;
+};
+
+template <int NT>
+__device__ __forceinline__ void f4s_pieces(F4sPieces<NT>& pc, F4SyncSmem<NT>& s, int kdim) {
+    constexpr int PR = F4sPieces<NT>::PR, RS = F4sPieces<NT>::RS;
+    int col = threadIdx.x % PR, r0 = threadIdx.x / PR;
+    pc.col = col;
+    pc.valid = 0;
+    pc.dst = smem_addr(&s.x[0][r0][col * 16]);
+#pragma unroll
+    for (int i = 0; i < F4sPieces<NT>::RP; i++) {
+        int row = s.src[r0 + i * RS];
+        pc.off[i] = (u32)(row < 0 ? 0 : row) * (u32)(kdim / 8) + (u32)col;
+        if (row >= 0) pc.valid |= 1u << i;
+    }
+}
+
+// Stage window w (k [w WIN, + WIN), WIN = f4s_win) of the tile's token
+// rows (2 kdim bytes a row) into buffer b, from the pieces found once.
+// The caller stages no piece past kdim.
+template <int NT>
+__device__ __forceinline__ void f4s_stage_pieces(const F4sPieces<NT>& pc, int b, const u8* rows, int w) {
+    constexpr int ROW = f4s_row<NT>(), RS = F4sPieces<NT>::RS;
+    constexpr u32 BUF = NT * ROW;
+    const u8* base = rows + (u64)w * (2 * f4s_win<NT>());
+#pragma unroll
+    for (int i = 0; i < F4sPieces<NT>::RP; i++) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(pc.dst + b * BUF + i * RS * ROW),
+                     "l"(base + (u64)pc.off[i] * 16), "r"((pc.valid >> i) & 1 ? 16 : 0));
+    }
+}
+
+// The same window, each row's source found from s.src (-1 a zero row)
+// as it is staged.
+template <int NT>
+__device__ __forceinline__ void f4s_stage_rows(F4SyncSmem<NT>& s, int b, const u8* rows, int kdim, int w) {
     constexpr int PR = f4s_win<NT>() / 8; // 16-byte pieces a row
     int col = threadIdx.x % PR, k = w * f4s_win<NT>() + col * 8;
     if (k >= kdim) return;
@@ -1876,7 +1930,18 @@ __device__ __forceinline__ void f4s_k_loop(float (&acc)[NT / 2], F4SyncSmem<NT>&
     constexpr int WS = f4s_win<NT>() / 128, ROW = f4s_row<NT>();
     int nstep = wt.nstep;
     in.wait(); // GEMM2: the weights above are loaded before GEMM1 ends, the tokens below after
-    f4s_stage<NT>(s, 0, rows, kdim, 0);
+    F4sPieces<NT> pc;
+    if constexpr (f4s_keep_pieces<NT>()) f4s_pieces<NT>(pc, s, kdim);
+    // A window's pieces past kdim (K not a multiple of the window) are
+    // not staged: the last window's steps read only k below kdim.
+    auto stage = [&](int b, int w) {
+        if constexpr (f4s_keep_pieces<NT>()) {
+            if (w * f4s_win<NT>() + pc.col * 8 < kdim) f4s_stage_pieces<NT>(pc, b, rows, w);
+        } else {
+            f4s_stage_rows<NT>(s, b, rows, kdim, w);
+        }
+    };
+    stage(0, 0);
     cp_async_commit();
     int lane = threadIdx.x & 31;
     const u32 xa = smem_addr(&s.x[0][lane & 7][16 * (lane >> 3)]); // this lane's ldmatrix row
@@ -1889,7 +1954,7 @@ __device__ __forceinline__ void f4s_k_loop(float (&acc)[NT / 2], F4SyncSmem<NT>&
             if (j == 0) {
                 cp_async_wait<0>();
                 __syncthreads(); // window w has landed, every thread's copies; every warp is past window w - 1
-                if ((w + 1) * WS < nstep) f4s_stage<NT>(s, (w + 1) & 1, rows, kdim, w + 1);
+                if ((w + 1) * WS < nstep) stage((w + 1) & 1, w + 1);
                 cp_async_commit();
             }
             u32 xs = xa + (w & 1) * (NT * ROW) + j * 256;
