@@ -105,14 +105,18 @@ func (l *Layer) useF4(m int) bool { return l.f4W31 != 0 && m <= l.f4MaxM }
 // barrier-free mma.sync loop (f4sTiles) rather than the wgmma loop.
 func (l *Layer) f4SyncLoop(tt int) bool { return !l.f4NoSync && slices.Contains(f4sTiles, tt) }
 
-// f4sAddressable reports whether the mma.sync loop's 8-token tile can
-// address the token rows of both GEMMs, x [m, K] and the intermediate
-// [entries, N] as BF16 (elements each): it finds a row's 16-byte pieces
-// by a 32-bit count of 16-byte units (F4sPieces in kernels/moe.cu), so
-// each buffer must be under 64 GiB. Past that (about 700,000 tokens at the
-// Kimi shape, reached only with the tile forced) it runs the wgmma loop,
-// with the same bits; the 16-token tile addresses rows in 64 bits.
-func f4sAddressable(elems ...int) bool {
+// f4sAddressable reports whether the mma.sync loop's tile tt can address
+// the token rows of both GEMMs, x [m, K] and the intermediate [entries, N]
+// as BF16 (elements each). The 8-token tile finds a row's 16-byte pieces
+// by a 32-bit count of 16-byte units (F4sPieces and f4s_keep_pieces in
+// kernels/moe.cu), so each buffer must be under 64 GiB; past that (about
+// 700,000 tokens at the Kimi shape, reached only with the tile forced) it
+// runs the wgmma loop, with the same bits. The 16-token tile addresses
+// rows in 64 bits.
+func f4sAddressable(tt int, elems ...int) bool {
+	if tt != 8 {
+		return true
+	}
 	for _, n := range elems {
 		if 2*uint64(n) >= 1<<36 {
 			return false
@@ -1167,7 +1171,7 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 		if l.f4Fit(m, tt) {
 			g1, g2 = k.f4FitGemm1[tt], k.f4FitGemm2[tt]
 		}
-		if l.f4SyncLoop(tt) && (tt != 8 || f4sAddressable(m*w.K, entries*w.N)) {
+		if l.f4SyncLoop(tt) && f4sAddressable(tt, m*w.K, entries*w.N) {
 			g1, g2, smem = k.f4sGemm1[tt], k.f4sGemm2[tt], f4sSmem(tt)
 			if tt == 8 && m <= f4sDeepMaxM {
 				g2 = k.f4sGemm2Deep

@@ -170,17 +170,21 @@ func TestF4ActKernelRange(t *testing.T) {
 // by a 32-bit count of 16-byte units from the buffer's start (F4sPieces in
 // kernels/moe.cu): f4sAddressable admits a buffer exactly when its last
 // piece's count fits in 32 bits, so the largest it admits ends at count
-// 2^32 - 1 and the smallest it refuses would wrap to 0.
+// 2^32 - 1 and the smallest it refuses would wrap to 0. The 16-token tile,
+// which addresses rows in 64 bits, is admitted at any size.
 func TestF4sAddressable(t *testing.T) {
 	lastPiece := func(elems int) uint64 { return (2*uint64(elems) - 1) / 16 } // BF16 elements
 	const most = 1<<35 - 1                                                    // BF16 elements, 2^36 - 2 bytes
-	if !f4sAddressable(most) || lastPiece(most) != 1<<32-1 {
-		t.Errorf("a buffer of %d elements: admitted %v, its last piece %d", most, f4sAddressable(most), lastPiece(most))
+	if !f4sAddressable(8, most) || lastPiece(most) != 1<<32-1 {
+		t.Errorf("a buffer of %d elements: admitted %v, its last piece %d", most, f4sAddressable(8, most), lastPiece(most))
 	}
-	if f4sAddressable(1 << 35) {
+	if f4sAddressable(8, 1<<35) {
 		t.Errorf("a buffer of 2^35 elements (64 GiB, last piece at 2^32) admitted")
 	}
-	if f4sAddressable(8192*3584, 1<<35) || !f4sAddressable(8192*3584, 8192*16*3072) {
+	if f4sAddressable(8, 8192*3584, 1<<35) || !f4sAddressable(8, 8192*3584, 8192*16*3072) {
 		t.Error("f4sAddressable does not check every buffer it is given")
+	}
+	if !f4sAddressable(16, 1<<35) {
+		t.Error("the 16-token tile refused for a buffer its 64-bit addressing reaches")
 	}
 }
