@@ -20,7 +20,9 @@
 #   cubin served no plain run: docs/gpu-runs/experiments/f49_*.log.)
 #
 # Sets KIMIMOE_CACHE (one cubin cache for the call) and NCCL_NVLS_ENABLE=0;
-# el prints the seconds since the prelude ran.
+# el prints the seconds since the prelude ran. same_validate and
+# ab_passes (below) are the JSON comparison and the interleaved A/B
+# loop that the call scripts before them each wrote out.
 set -uo pipefail
 export KIMIMOE_CACHE="${KIMIMOE_CACHE:-/tmp/kc}" NCCL_NVLS_ENABLE=0
 : "${OUT:=/tmp/kimimoe-out}"
@@ -61,5 +63,38 @@ compile_all() {
 			sed -E "s/entry function '([a-z0-9_]*)'/\n  \1:/" | tr '\n' ' ' | sed 's/  \+/ /g'
 		echo
 		[ "$rc" = 0 ] || tail -5 "/tmp/compile_$b.txt"
+	done
+}
+
+# same_validate A.json B.json: whether two validate JSONs agree case by
+# case on name, status and metrics (times aside), as one line.
+same_validate() {
+	python3 - "$1" "$2" <<'PY'
+import json, sys
+a, b = ([(r["name"], r["status"], json.dumps(r.get("metrics"), sort_keys=True)) for r in json.load(open(p))["results"]] for p in sys.argv[1:])
+print("identical, times aside" if a == b else f"{sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b))} cases differ")
+PY
+}
+
+# ab_passes PASSES MS NAME=ENV... : PASSES interleaved passes of
+# `kimimoe bench --m MS --rounds 10 --copy-mb 256`, one a variant each
+# pass, each variant run under its environment (NAME=ENV, ENV being
+# VAR=VALUE settings separated by ';', or empty; a value may hold
+# spaces; BIN=name runs .gpu/name instead of .gpu/kimimoe); prints each
+# pass's rows.
+ab_passes() {
+	local passes=$1 ms=$2 p v name envs kv bin e
+	shift 2
+	for p in $(seq "$passes"); do
+		for v in "$@"; do
+			name=${v%%=*} envs=${v#*=} bin=kimimoe
+			IFS=';' read -ra kv <<<"$envs"
+			for e in "${!kv[@]}"; do
+				if [[ ${kv[$e]} == BIN=* ]]; then bin=${kv[$e]#BIN=}; unset "kv[$e]"; fi
+			done
+			echo "== $name pass $p (t=$(el) s)"
+			env "${kv[@]}" timeout 60 ".gpu/$bin" bench --backend cuda --m "$ms" --rounds 10 --copy-mb 256 >/tmp/ab.txt 2>&1 || tail -3 /tmp/ab.txt
+			grep -a -E "^ +[0-9]" /tmp/ab.txt
+		done
 	done
 }

@@ -6,6 +6,8 @@
 # sm_120a's native MX). It catches C++ errors (an undeclared or shadowed
 # name, a wrong type, a bad template instantiation) in every instantiated
 # kernel; it cannot check PTX, register use or anything NVRTC decides.
+# KERNEL_SYNTAX_FLAGS adds g++ options (e.g. -DNAME for a variant that a
+# device call selects through KIMIMOE_NVRTC_DEFINES).
 # Exit status 1 on an error; 0 with a note if g++ is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,7 +56,7 @@ go run ./scripts/kernelsrc > "$dir/prog.cu"
 sed -E 's/extern __shared__/__shared__/; s/(\w+)\[\];/\1[1];/' "$dir/prog.cu" | cat "$dir/stubs.h" - > "$dir/all.cpp"
 status=0
 for body in "" -DKMOE_NATIVE_MX; do
-  if ! g++ -std=c++17 -fsyntax-only -w $body "$dir/all.cpp" 2> "$dir/err.txt"; then
+  if ! g++ -std=c++17 -fsyntax-only -w $body ${KERNEL_SYNTAX_FLAGS:-} "$dir/all.cpp" 2> "$dir/err.txt"; then
     echo "kernel-syntax: errors in the kernel program${body:+ ($body)}:"; grep -v 'note:' "$dir/err.txt" | head -30
     status=1
   fi
