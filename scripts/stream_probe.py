@@ -27,7 +27,20 @@
 # work: integer instructions a 32-bit word after it arrives (0: the
 # stream alone; 12: about the widening's nine ALU instructions and four
 # BF16 multiplies a word, docs/PERF.md f24), a dependent chain folded
-# into one register so that nothing is dead.
+# into one register so that nothing is dead; or "mma8" / "mma16" (regs
+# feed): the path's own widening of each word (f4_widen's nine integer
+# instructions and four BF16 multiplies, the multipliers two instructions
+# a chunk, as f4_mults) and its mma.sync m16n8k16 per 8 tokens, the
+# tokens read with ldmatrix from one 128-k window of 8 or 16 rows
+# staged once (never restaged: no window barriers, no staging), the
+# accumulators folded at the end. That is the 8- and 16-token loops'
+# work a word with nothing around it (docs/PERF.md, "The floor of M=32's
+# loop"). "wg16" / "wg16p": the same widening, each chunk's four k16 steps
+# then multiplied by the warpgroup's wgmma m64n16k16 (A from registers,
+# the 16 tokens from a fixed window in the 128-byte swizzled form, as the
+# wgmma-fp4 loop reads them), waiting for the chunk's group before the
+# next chunk is widened (wg16), or for the group before it, A in two
+# buffers (wg16p: f4_chunk's PIPE).
 #
 # One kernel, two roles: CTAs [0, G1/2) stream GEMM1's groups and then
 # count themselves (every thread's loads done, a barrier, a fence, one
@@ -57,7 +70,104 @@ CHUNK = 2048  # bytes a group a chunk (128 threads x 16)
 SPIN_LIMIT = 1 << 24
 
 
+# The mma works' pieces: moe.cu's f4_widen and bf16x2_mul_half (the same
+# instructions), ldmatrix and the m16n8k16 MMA.
+MMA_FUNCS = r"""
+template <int H>
+__device__ __forceinline__ u32 mulh(u32 a, u32 m) {
+    u32 d;
+    if (H == 0)
+        asm("{\n.reg .b16 l, h;\n.reg .b32 b;\nmov.b32 {l, h}, %2;\nmov.b32 b, {l, l};\nfma.rn.bf16x2 %0, %1, b, %3;\n}\n"
+            : "=r"(d) : "r"(a), "r"(m), "r"(0x80008000u));
+    else
+        asm("{\n.reg .b16 l, h;\n.reg .b32 b;\nmov.b32 {l, h}, %2;\nmov.b32 b, {h, h};\nfma.rn.bf16x2 %0, %1, b, %3;\n}\n"
+            : "=r"(d) : "r"(a), "r"(m), "r"(0x80008000u));
+    return d;
+}
+__device__ __forceinline__ void widen(u32 (&a)[4], u32 q, u32 mm) {
+    u32 o0 = q & 0x81C081C0u, o1 = (q << 6) & 0x81C081C0u, o2 = __funnelshift_l(q, q, 12) & 0x81C081C0u;
+    u32 o3 = ((q << 2) & 0x80C080C0u) | ((q >> 6) & 0x01000100u);
+    a[0] = mulh<0>(o0, mm); a[1] = mulh<1>(o1, mm); a[2] = mulh<0>(o2, mm); a[3] = mulh<1>(o3, mm);
+}
+__device__ __forceinline__ void ldsm4(u32 (&r)[4], u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void mma(float* d, const u32 (&a)[4], u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory"); }
+__device__ __forceinline__ void wgmma16(float (&d)[8], const u32 (&a)[4], u64 db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+// The 128-byte swizzled K-major descriptor (moe.cu sw_desc): 16-byte units,
+// leading offset 1, stride 1024 bytes (8 rows), swizzle mode 1.
+__device__ __forceinline__ u64 swdesc(const void* p) {
+    u64 a = saddr(p);
+    return ((a & 0x3FFFFull) >> 4) | (1ull << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
+}
+"""
+TROW = 2 * 128 + 16  # bytes a staged token row: a 128-k window, 16 bytes of padding (as f4s_row)
+
+
+def pre_src(w):
+    if str(w).startswith("wg"):
+        # Two 64-k chunks of 16 token rows (2 KB each), 1024-byte aligned.
+        return ("extern __shared__ __align__(128) unsigned char dsm[];\n"
+                "unsigned char* win = dsm + ((1024u - (saddr(dsm) & 1023u)) & 1023u);\n"
+                "for (int i = threadIdx.x; i < 4096 / 4; i += blockDim.x) ((u32*)win)[i] = 0x3F803F80u ^ ((u32)i * 0x00010001u & 0x007F007Fu);\n"
+                "asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");\n"
+                "__syncthreads();\n"
+                "float fd[8];\n"
+                "for (int i = 0; i < 8; i++) fd[i] = 0.0f;\n"
+                "u32 A2[2][4][4];\n"
+                "const u64 d0 = swdesc(win);\n")
+    if not str(w).startswith("mma"):
+        return ""
+    ng = int(w[3:]) // 8
+    return (f"constexpr int NG = {ng};\n"
+            "extern __shared__ __align__(128) unsigned char dsm[];\n"
+            f"for (int i = threadIdx.x; i < 8 * NG * {TROW} / 4; i += blockDim.x) ((u32*)dsm)[i] = 0x3F803F80u ^ ((u32)i * 0x00010001u & 0x007F007Fu);\n"
+            "__syncthreads();\n"
+            "float fa[NG][4];\n"
+            "for (int g = 0; g < NG; g++) for (int i = 0; i < 4; i++) fa[g][i] = 0.0f;\n"
+            f"const u32 xa = saddr(dsm + (threadIdx.x & 7) * {TROW} + 16 * ((threadIdx.x & 31) >> 3));\n")
+
+
+def post_src(w):
+    if str(w).startswith("wg"):
+        return ("wg_wait<0>();\n"
+                "for (int i = 0; i < 8; i++) { asm volatile(\"\" : \"+f\"(fd[i]) :: \"memory\"); acc ^= __float_as_uint(fd[i]); }")
+    if not str(w).startswith("mma"):
+        return ""
+    return "for (int g = 0; g < NG; g++) for (int i = 0; i < 4; i++) acc ^= __float_as_uint(fa[g][i]);"
+
+
 def work_src(w):
+    if str(w).startswith("wg"):
+        pipe = w.endswith("p")
+        return ("{ const u32 m0 = ((v.x << 7) & 0x03800380u) | 0x3C003C00u, m1 = ((v.y >> 1) & 0x03800380u) | 0x3C003C00u;"
+                f" u32 (&A)[4][4] = A2[{'h' if pipe else '0'}];"
+                " widen(A[0], v.x, m0); widen(A[1], v.y, m0); widen(A[2], v.z, m1); widen(A[3], v.w, m1);"
+                " wg_fence();"
+                " _Pragma(\"unroll\") for (int q = 0; q < 4; q++) wgmma16(fd, A[q], d0 + (u64)(h * (2048 >> 4) + 2 * q));"
+                f" wg_commit(); wg_wait<{1 if pipe else 0}>(); }}")
+    if str(w).startswith("mma"):
+        # Multipliers from the chunk's words (BF16 2^-7 .. 2^7 by halves: two
+        # instructions each, as f4_mults's), then each word widened just
+        # before its MMAs, as f4s_k_loop does.
+        return ("{ const u32 m0 = ((v.x << 7) & 0x03800380u) | 0x3C003C00u, m1 = ((v.y >> 1) & 0x03800380u) | 0x3C003C00u;"
+                " const u32 wd[4] = {v.x, v.y, v.z, v.w};"
+                " _Pragma(\"unroll\") for (int q = 0; q < 4; q += 2) {"
+                " u32 a0[4], a1[4]; widen(a0, wd[q], q < 2 ? m0 : m1); widen(a1, wd[q + 1], q < 2 ? m0 : m1);"
+                f" _Pragma(\"unroll\") for (int g = 0; g < NG; g++) {{ u32 bm[4]; ldsm4(bm, xa + g * 8 * {TROW} + h * 128 + q * 32);"
+                " mma(fa[g], a0, bm[0], bm[1]); mma(fa[g], a1, bm[2], bm[3]); } } }")
     if w == 0:
         return "acc ^= v.x ^ v.y ^ v.z ^ v.w;"
     body = "".join(f"x = __funnelshift_l(x, x, {3 + j % 5}) ^ (x + {0x9E37 + j}u);" for j in range(w // 3))
@@ -94,6 +204,7 @@ __device__ __forceinline__ u32 stream(const U4* __restrict__ w, int nchunk, int 
         if (i < nstep) { raw[i][0] = ldg(wq + (2 * i) * 128); raw[i][1] = ldg(wq + (2 * i + 1) * 128); }
     if (count) wait_count(count, target, late);
     u32 acc = 0;
+    PRE
     for (int c0 = 0; c0 < nstep; c0 += AH) {
         #pragma unroll
         for (int u = 0; u < AH; u++) {
@@ -107,6 +218,7 @@ __device__ __forceinline__ u32 stream(const U4* __restrict__ w, int nchunk, int 
             }
         }
     }
+    POST
     return acc;
 }
 """
@@ -168,9 +280,11 @@ extern "C" __global__ void __launch_bounds__(256, CTAS) probe(const U4* w1, int 
 
 
 def source(feed, steps, ctas, work):
-    body = (REGS if feed == "regs" else RING).replace("WORK", work_src(work))
+    mma = str(work).startswith(("mma", "wg"))
+    assert feed == "regs" or not mma, "the mma works run on the regs feed"
+    body = (REGS if feed == "regs" else RING).replace("WORK", work_src(work)).replace("PRE", pre_src(work)).replace("POST", post_src(work))
     defs = f"#define AH {steps}\n#define R {steps}\n#define CTAS {ctas}\n#define SPIN_LIMIT {SPIN_LIMIT}u\n"
-    return defs + COMMON + body + KERNEL
+    return defs + COMMON + (MMA_FUNCS if mma else "") + body + KERNEL
 
 
 class Probe:
@@ -210,17 +324,25 @@ def main():
     print(f"{props.name}, {props.multi_processor_count} SMs")
     # (label, experts, GEMM1 and GEMM2 chunks a group, modes, feeds)
     every = [("regs", 4, 3), ("regs", 8, 2), ("regs", 2, 4), ("ring", 4, 3), ("ring", 8, 3), ("ring", 4, 4)]
-    parts = [("M=1 payload", 8, 56, 48, [("GEMM1", 0), ("GEMM2", 0)], every),
-             ("M=1 +scales", 8, 60, 50, [("GEMM1", 0), ("GEMM2", 0), ("both", 0), ("both", 1)], every),
-             ("E=28 +scales", 28, 60, 50, [("GEMM1", 0), ("GEMM2", 0), ("both", 0), ("both", 1)], every[:2] + every[3:4])]
+    parts = [("M=1 payload", 8, 56, 48, [("GEMM1", 0), ("GEMM2", 0)], every, (0, 12)),
+             ("M=1 +scales", 8, 60, 50, [("GEMM1", 0), ("GEMM2", 0), ("both", 0), ("both", 1)], every, (0, 12)),
+             ("E=28 +scales", 28, 60, 50, [("GEMM1", 0), ("GEMM2", 0), ("both", 0), ("both", 1)], every[:2] + every[3:4], (0, 12))]
+    if sys.argv[1:] == ["mma"]:  # the 28 experts only, the forward's order, the widening alone and with the loops' MMAs
+        parts = [("E=28 +scales", 28, 60, 50, [("both", 1)], [("regs", 2, 4), ("regs", 4, 3), ("regs", 2, 3)], (12, "mma8", "mma16"))]
+    if sys.argv[1:] == ["wg"]:  # the same with the 16 tokens on wgmma
+        parts = [("E=28 +scales", 28, 60, 50, [("both", 1)], [("regs", 2, 4), ("regs", 4, 3), ("regs", 2, 3), ("regs", 4, 2)],
+                  (12, "mma16", "wg16", "wg16p"))]
+    if sys.argv[1:] == ["wg-nowait"]:  # and with GEMM2 not waiting for GEMM1 at all: below any order the forward can keep
+        parts = [("E=28 +scales", 28, 60, 50, [("both", 0), ("both", 1)], [("regs", 2, 4), ("regs", 4, 3), ("regs", 2, 3), ("regs", 4, 2)],
+                  (12, "mma16", "wg16"))]
     print(f"{'bytes':<13} {'mode':<18} {'feed':<5} {'CTA/SM':>6} {'steps':>5} {'work':>4} {'MB':>6} {'us':>7} {'GB/s':>6}")
-    for part, experts, n1, n2, modes, feeds in parts:
+    for part, experts, n1, n2, modes, feeds, works in parts:
         g1, g2 = experts * 6144 // 64, experts * 3584 // 64  # 64-row groups: [up; gate] rows of N=3072, K=3584 rows
         w1 = torch.randint(-2**31, 2**31 - 1, (g1 * n1 * CHUNK // 4,), dtype=torch.int32, device="cuda")
         w2 = torch.randint(-2**31, 2**31 - 1, (g2 * n2 * CHUNK // 4,), dtype=torch.int32, device="cuda")
         x1, x2 = xor_all(w1), xor_all(w2)
         out = torch.zeros((g1 + g2) * 128, dtype=torch.int32, device="cuda")
-        for work in (0, 12):
+        for work in works:
             for feed, steps, ctas in feeds:
                 try:
                     p = Probe(feed, steps, ctas, work, smem_per_sm)
