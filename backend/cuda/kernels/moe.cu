@@ -1875,6 +1875,17 @@ struct F4sPieces {
     int col;
 };
 
+// What a tile keeps: its pieces, or nothing (the tiles that find each
+// row's source every window).
+template <int NT, bool KEEP = f4s_keep_pieces<NT>()>
+struct F4sPiecesOf {
+    typedef F4sPieces<NT> T;
+};
+template <int NT>
+struct F4sPiecesOf<NT, false> {
+    struct T {};
+};
+
 template <int NT>
 __device__ __forceinline__ void f4s_pieces(F4sPieces<NT>& pc, F4SyncSmem<NT>& s, int kdim) {
     constexpr int PR = F4sPieces<NT>::PR, RS = F4sPieces<NT>::RS;
@@ -1891,12 +1902,14 @@ __device__ __forceinline__ void f4s_pieces(F4sPieces<NT>& pc, F4SyncSmem<NT>& s,
 }
 
 // Stage window w (k [w WIN, + WIN), WIN = f4s_win) of the tile's token
-// rows (2 kdim bytes a row) into buffer b, from the pieces found once.
-// The caller stages no piece past kdim.
+// rows (2 kdim bytes a row) into buffer b, from the pieces found once; a
+// thread whose pieces are past kdim (K not a multiple of the window)
+// stages none.
 template <int NT>
-__device__ __forceinline__ void f4s_stage_pieces(const F4sPieces<NT>& pc, int b, const u8* rows, int w) {
+__device__ __forceinline__ void f4s_stage_pieces(const F4sPieces<NT>& pc, int b, const u8* rows, int kdim, int w) {
     constexpr int ROW = f4s_row<NT>(), RS = F4sPieces<NT>::RS;
     constexpr u32 BUF = NT * ROW;
+    if (w * f4s_win<NT>() + pc.col * 8 >= kdim) return;
     const u8* base = rows + (u64)w * (2 * f4s_win<NT>());
 #pragma unroll
     for (int i = 0; i < F4sPieces<NT>::RP; i++) {
@@ -1906,7 +1919,7 @@ __device__ __forceinline__ void f4s_stage_pieces(const F4sPieces<NT>& pc, int b,
 }
 
 // The same window, each row's source found from s.src (-1 a zero row)
-// as it is staged.
+// as it is staged; past kdim, as f4s_stage_pieces.
 template <int NT>
 __device__ __forceinline__ void f4s_stage_rows(F4SyncSmem<NT>& s, int b, const u8* rows, int kdim, int w) {
     constexpr int PR = f4s_win<NT>() / 8; // 16-byte pieces a row
@@ -1930,16 +1943,13 @@ __device__ __forceinline__ void f4s_k_loop(float (&acc)[NT / 2], F4SyncSmem<NT>&
     constexpr int WS = f4s_win<NT>() / 128, ROW = f4s_row<NT>();
     int nstep = wt.nstep;
     in.wait(); // GEMM2: the weights above are loaded before GEMM1 ends, the tokens below after
-    F4sPieces<NT> pc;
+    typename F4sPiecesOf<NT>::T pc;
     if constexpr (f4s_keep_pieces<NT>()) f4s_pieces<NT>(pc, s, kdim);
     // A window's pieces past kdim (K not a multiple of the window) are
     // not staged: the last window's steps read only k below kdim.
     auto stage = [&](int b, int w) {
-        if constexpr (f4s_keep_pieces<NT>()) {
-            if (w * f4s_win<NT>() + pc.col * 8 < kdim) f4s_stage_pieces<NT>(pc, b, rows, w);
-        } else {
-            f4s_stage_rows<NT>(s, b, rows, kdim, w);
-        }
+        if constexpr (f4s_keep_pieces<NT>()) f4s_stage_pieces<NT>(pc, b, rows, kdim, w);
+        else f4s_stage_rows<NT>(s, b, rows, kdim, w);
     };
     stage(0, 0);
     cp_async_commit();
