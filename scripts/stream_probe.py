@@ -34,13 +34,19 @@
 # tokens read with ldmatrix from one 128-k window of 8 or 16 rows
 # staged once (never restaged: no window barriers, no staging), the
 # accumulators folded at the end. That is the 8- and 16-token loops'
-# work a word with nothing around it (docs/PERF.md, "The floor of M=32's
-# loop"). "wg16" / "wg16p": the same widening, each chunk's four k16 steps
+# work a word with nothing around it (docs/PERF.md, "The floor of the
+# 16-token loops' work"). "wg16" / "wg16p": the same widening, each chunk's four k16 steps
 # then multiplied by the warpgroup's wgmma m64n16k16 (A from registers,
 # the 16 tokens from a fixed window in the 128-byte swizzled form, as the
 # wgmma-fp4 loop reads them), waiting for the chunk's group before the
 # next chunk is widened (wg16), or for the group before it, A in two
-# buffers (wg16p: f4_chunk's PIPE).
+# buffers (wg16p: f4_chunk's PIPE); "wg16w": wg16 with the tokens staged
+# as a loop must stage them, a window of two steps at a time (8 KB, two
+# 16-byte cp.async a thread into the other of two buffers, swizzled), the
+# CTA meeting at a barrier once a window (the mma.sync loop's scheme,
+# f12, on wgmma), the token rows being the first 16 x K x 2 bytes of the
+# role's weights (hot in L2, as x and the intermediate are); "wg16w4",
+# "wg16w8": windows of 4 and 8 steps.
 #
 # One kernel, two roles: CTAs [0, G1/2) stream GEMM1's groups and then
 # count themselves (every thread's loads done, a barrier, a fence, one
@@ -117,6 +123,29 @@ TROW = 2 * 128 + 16  # bytes a staged token row: a 128-k window, 16 bytes of pad
 
 
 def pre_src(w):
+    if str(w).startswith("wg16w"):
+        # Two windows of WS steps (2 WS chunks of 16 rows, 2 KB each),
+        # 1024-byte aligned; window 0 staged before the loop.
+        ws = int(w[5:] or 2)
+        return (f"constexpr int WS = {ws};\n"
+                "extern __shared__ __align__(128) unsigned char dsm[];\n"
+                "unsigned char* win = dsm + ((1024u - (saddr(dsm) & 1023u)) & 1023u);\n"
+                "const unsigned char* tokb = (const unsigned char*)w;\n"
+                "const int kdim = nchunk * 64;\n"
+                "auto stagew = [&](int c1, int buf) {\n"
+                "    _Pragma(\"unroll\") for (int i = 0; i < WS; i++) {\n"
+                "        int p = threadIdx.x + 256 * i, q = p >> 7, r = (p >> 3) & 15, j = p & 7;\n"
+                "        int k = (128 * c1 + 64 * q) % kdim;\n"
+                "        u32 dst = saddr(win + buf * (WS * 4096) + q * 2048 + (r >> 3) * 1024 + (r & 7) * 128 + (((j ^ r) & 7) << 4));\n"
+                "        asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"(dst), \"l\"(tokb + (u64)r * (2 * kdim) + 2 * k + 16 * j));\n"
+                "    }\n"
+                "    asm volatile(\"cp.async.commit_group;\" ::: \"memory\");\n"
+                "};\n"
+                "stagew(0, 0);\n"
+                "float fd[8];\n"
+                "for (int i = 0; i < 8; i++) fd[i] = 0.0f;\n"
+                "u32 A2[1][4][4];\n"
+                "const u64 d0 = swdesc(win);\n")
     if str(w).startswith("wg"):
         # Two 64-k chunks of 16 token rows (2 KB each), 1024-byte aligned.
         return ("extern __shared__ __align__(128) unsigned char dsm[];\n"
@@ -150,6 +179,17 @@ def post_src(w):
 
 
 def work_src(w):
+    if str(w).startswith("wg16w"):
+        return ("{ if (h == 0 && c % WS == 0) {"
+                " asm volatile(\"cp.async.wait_group 0;\" ::: \"memory\"); asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");"
+                " __syncthreads(); if (c + WS < nstep) stagew(c + WS, (c / WS + 1) & 1); }"
+                " const u32 m0 = ((v.x << 7) & 0x03800380u) | 0x3C003C00u, m1 = ((v.y >> 1) & 0x03800380u) | 0x3C003C00u;"
+                " u32 (&A)[4][4] = A2[0];"
+                " widen(A[0], v.x, m0); widen(A[1], v.y, m0); widen(A[2], v.z, m1); widen(A[3], v.w, m1);"
+                " const u64 db = d0 + (u64)(((((c / WS) & 1) * (WS * 4096)) + (c % WS) * 4096 + h * 2048) >> 4);"
+                " wg_fence();"
+                " _Pragma(\"unroll\") for (int q = 0; q < 4; q++) wgmma16(fd, A[q], db + (u64)(2 * q));"
+                " wg_commit(); wg_wait<0>(); }")
     if str(w).startswith("wg"):
         pipe = w.endswith("p")
         return ("{ const u32 m0 = ((v.x << 7) & 0x03800380u) | 0x3C003C00u, m1 = ((v.y >> 1) & 0x03800380u) | 0x3C003C00u;"
@@ -287,17 +327,40 @@ def source(feed, steps, ctas, work):
     return defs + COMMON + (MMA_FUNCS if mma else "") + body + KERNEL
 
 
+def smem_need(feed, steps, work):
+    """The dynamic shared memory a configuration reads and writes."""
+    w = str(work)
+    if feed == "ring":
+        return steps * 2 * 4096
+    if w.startswith("mma"):
+        return int(w[3:]) * TROW
+    if w.startswith("wg16w"):
+        return 2 * int(w[5:] or 2) * 4096 + 1024
+    if w.startswith("wg"):
+        return 4096 + 1024
+    return 0
+
+
 class Probe:
-    def __init__(self, feed, steps, ctas, work, smem_per_sm):
+    def __init__(self, feed, steps, ctas, work, smem_per_sm, pin=True):
         self.mod, self.fn = ctypes.c_void_p(), ctypes.c_void_p()
         check_cu(cuda.cuModuleLoadData(ctypes.byref(self.mod), compile_cubin(source(feed, steps, ctas, work))), "cuModuleLoadData")
         check_cu(cuda.cuModuleGetFunction(ctypes.byref(self.fn), self.mod, b"probe"), "cuModuleGetFunction")
         # Dynamic shared memory that holds the SM to C CTAs (1 KB a CTA is
-        # the driver's reserve; the ring's mbarriers are static).
+        # the driver's reserve; the ring's mbarriers are static), which
+        # also leaves L1 only what the carveout does not take (about 28 KB
+        # of the SM's 256); unpinned, only what the work needs, the CTAs an
+        # SM then set by the registers (launch bounds C) and L1 left large.
         ring = steps if feed == "ring" else 0
-        self.dyn = smem_per_sm // ctas - 1024 - ring * 16 - 64
-        assert self.dyn >= ring * 2 * 4096, (feed, steps, ctas)
+        need = smem_need(feed, steps, work)
+        self.dyn = smem_per_sm // ctas - 1024 - ring * 16 - 64 if pin else max(need, 16)
+        assert self.dyn >= need, (feed, steps, ctas, work, self.dyn, need)
         check_cu(cuda.cuFuncSetAttribute(self.fn, 8, self.dyn), "cuFuncSetAttribute")
+        regs, occ = ctypes.c_int(), ctypes.c_int()
+        check_cu(cuda.cuFuncGetAttribute(ctypes.byref(regs), 4, self.fn), "cuFuncGetAttribute")
+        check_cu(cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(occ), self.fn, 256, ctypes.c_size_t(self.dyn)),
+                 "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+        self.regs, self.ctas = regs.value, occ.value
 
     def launch(self, w1, n1, c1, w2, n2, c2, count, dep, late, out):
         vals = [ctypes.c_void_p(w1.data_ptr()), ctypes.c_int(n1), ctypes.c_int(c1), ctypes.c_void_p(w2.data_ptr()), ctypes.c_int(n2),
@@ -332,6 +395,16 @@ def main():
     if sys.argv[1:] == ["wg"]:  # the same with the 16 tokens on wgmma
         parts = [("E=28 +scales", 28, 60, 50, [("both", 1)], [("regs", 2, 4), ("regs", 4, 3), ("regs", 2, 3), ("regs", 4, 2)],
                   (12, "mma16", "wg16", "wg16p"))]
+    if sys.argv[1:] == ["wg-window"]:  # wgmma with its tokens staged a window at a time, beside it staged once
+        parts = [("E=28 +scales", 28, 60, 50, [("both", 0), ("both", 1)], [("regs", 4, 3), ("regs", 4, 2), ("regs", 2, 3)],
+                  ("wg16", "wg16w"))]
+    if sys.argv[1:] == ["wg-windows"]:  # and windows of 4 and 8 steps
+        parts = [("E=28 +scales", 28, 60, 50, [("both", 0), ("both", 1)], [("regs", 4, 3), ("regs", 2, 4)],
+                  ("wg16w", "wg16w4", "wg16w8"))]
+    pins = (True,)
+    if sys.argv[1:] == ["l1"]:  # occupancy pinned by shared memory (small L1) against set by registers (large L1)
+        parts = [("E=28 +scales", 28, 60, 50, [("both", 1)], [("regs", 4, 3), ("regs", 2, 4)], (12, "mma16", "wg16"))]
+        pins = (True, False)
     if sys.argv[1:] == ["wg-nowait"]:  # and with GEMM2 not waiting for GEMM1 at all: below any order the forward can keep
         parts = [("E=28 +scales", 28, 60, 50, [("both", 0), ("both", 1)], [("regs", 2, 4), ("regs", 4, 3), ("regs", 2, 3), ("regs", 4, 2)],
                   (12, "mma16", "wg16"))]
@@ -343,9 +416,9 @@ def main():
         x1, x2 = xor_all(w1), xor_all(w2)
         out = torch.zeros((g1 + g2) * 128, dtype=torch.int32, device="cuda")
         for work in works:
-            for feed, steps, ctas in feeds:
+            for feed, steps, ctas, pin in [(f, st, c, pn) for f, st, c in feeds for pn in pins]:
                 try:
-                    p = Probe(feed, steps, ctas, work, smem_per_sm)
+                    p = Probe(feed, steps, ctas, work, smem_per_sm, pin)
                 except SystemExit as e:  # a compile error: say so, go on
                     print(f"{part:<13} {feed:<5} {ctas:>6} {steps:>5} failed: {str(e)[:400]}", flush=True)
                     continue
@@ -370,6 +443,7 @@ def main():
                         note = " read ok" if got == want else f" WRONG ({got:#x} against {want:#x})"
                     if int(late.item()):
                         note += " WAIT BOUND HIT"
+                    note += f" [{p.ctas} CTAs an SM, {p.regs} registers{'' if pin else ', shared memory unpinned'}]"
                     name = mode + (" (GEMM2 waits)" if dep else "") if mode == "both" else mode
                     print(f"{part:<13} {name:<18} {feed:<5} {ctas:>6} {steps:>5} {work:>4} {nbytes / 1e6:>6.1f} {us:>7.1f} {nbytes / us / 1e3:>6.0f}{note}", flush=True)
                 p.close()
