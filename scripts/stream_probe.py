@@ -405,6 +405,9 @@ def main():
     if sys.argv[1:] == ["l1"]:  # occupancy pinned by shared memory (small L1) against set by registers (large L1)
         parts = [("E=28 +scales", 28, 60, 50, [("both", 1)], [("regs", 4, 3), ("regs", 2, 4)], (12, "mma16", "wg16"))]
         pins = (True, False)
+    if sys.argv[1:] == ["l1-m1"]:  # the same for M=1's bytes (its dataflow floor, docs/PERF.md)
+        parts = [("M=1 +scales", 8, 60, 50, [("both", 0), ("both", 1)], [("regs", 4, 3), ("regs", 8, 2), ("regs", 2, 4), ("regs", 4, 4)], (0, 12))]
+        pins = (True, False)
     if sys.argv[1:] == ["wg-nowait"]:  # and with GEMM2 not waiting for GEMM1 at all: below any order the forward can keep
         parts = [("E=28 +scales", 28, 60, 50, [("both", 0), ("both", 1)], [("regs", 2, 4), ("regs", 4, 3), ("regs", 2, 3), ("regs", 4, 2)],
                   (12, "mma16", "wg16"))]
