@@ -46,7 +46,9 @@
 # CTA meeting at a barrier once a window (the mma.sync loop's scheme,
 # f12, on wgmma), the token rows being the first 16 x K x 2 bytes of the
 # role's weights (hot in L2, as x and the intermediate are); "wg16w4",
-# "wg16w8": windows of 4 and 8 steps.
+# "wg16w8": windows of 4 and 8 steps; "wg16wb": the 2-step windows'
+# waits and barriers without the copies, "wg16wc": the copies without
+# the waits and barriers (timing only: it reads windows as they land).
 #
 # One kernel, two roles: CTAs [0, G1/2) stream GEMM1's groups and then
 # count themselves (every thread's loads done, a barrier, a fence, one
@@ -126,7 +128,7 @@ def pre_src(w):
     if str(w).startswith("wg16w"):
         # Two windows of WS steps (2 WS chunks of 16 rows, 2 KB each),
         # 1024-byte aligned; window 0 staged before the loop.
-        ws = int(w[5:] or 2)
+        ws = int(w[5:].rstrip("bc") or 2)
         return (f"constexpr int WS = {ws};\n"
                 "extern __shared__ __align__(128) unsigned char dsm[];\n"
                 "unsigned char* win = dsm + ((1024u - (saddr(dsm) & 1023u)) & 1023u);\n"
@@ -172,7 +174,8 @@ def pre_src(w):
 def post_src(w):
     if str(w).startswith("wg"):
         return ("wg_wait<0>();\n"
-                "for (int i = 0; i < 8; i++) { asm volatile(\"\" : \"+f\"(fd[i]) :: \"memory\"); acc ^= __float_as_uint(fd[i]); }")
+                + ("asm volatile(\"cp.async.wait_group 0;\" ::: \"memory\");\n" if str(w).startswith("wg16w") else "")
+                + "for (int i = 0; i < 8; i++) { asm volatile(\"\" : \"+f\"(fd[i]) :: \"memory\"); acc ^= __float_as_uint(fd[i]); }")
     if not str(w).startswith("mma"):
         return ""
     return "for (int g = 0; g < NG; g++) for (int i = 0; i < 4; i++) acc ^= __float_as_uint(fa[g][i]);"
@@ -180,9 +183,10 @@ def post_src(w):
 
 def work_src(w):
     if str(w).startswith("wg16w"):
-        return ("{ if (h == 0 && c % WS == 0) {"
-                " asm volatile(\"cp.async.wait_group 0;\" ::: \"memory\"); asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");"
-                " __syncthreads(); if (c + WS < nstep) stagew(c + WS, (c / WS + 1) & 1); }"
+        sync = "" if w.endswith("c") else (" asm volatile(\"cp.async.wait_group 0;\" ::: \"memory\");"
+                                           " asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\"); __syncthreads();")
+        copy = "" if w.endswith("b") else " if (c + WS < nstep) stagew(c + WS, (c / WS + 1) & 1);"
+        return ("{ if (h == 0 && c % WS == 0) {" + sync + copy + " }"
                 " const u32 m0 = ((v.x << 7) & 0x03800380u) | 0x3C003C00u, m1 = ((v.y >> 1) & 0x03800380u) | 0x3C003C00u;"
                 " u32 (&A)[4][4] = A2[0];"
                 " widen(A[0], v.x, m0); widen(A[1], v.y, m0); widen(A[2], v.z, m1); widen(A[3], v.w, m1);"
@@ -335,7 +339,7 @@ def smem_need(feed, steps, work):
     if w.startswith("mma"):
         return int(w[3:]) * TROW
     if w.startswith("wg16w"):
-        return 2 * int(w[5:] or 2) * 4096 + 1024
+        return 2 * int(w[5:].rstrip("bc") or 2) * 4096 + 1024
     if w.startswith("wg"):
         return 4096 + 1024
     return 0
@@ -405,6 +409,9 @@ def main():
     if sys.argv[1:] == ["l1"]:  # occupancy pinned by shared memory (small L1) against set by registers (large L1)
         parts = [("E=28 +scales", 28, 60, 50, [("both", 1)], [("regs", 4, 3), ("regs", 2, 4)], (12, "mma16", "wg16"))]
         pins = (True, False)
+    if sys.argv[1:] == ["wg-window-parts"]:  # what a window's staging costs: its copies, its waits and barriers
+        parts = [("E=28 +scales", 28, 60, 50, [("both", 1)], [("regs", 4, 3), ("regs", 2, 4)], ("wg16", "wg16w", "wg16wb", "wg16wc"))]
+        pins = (False,)
     if sys.argv[1:] == ["l1-m1"]:  # the same for M=1's bytes (its dataflow floor, docs/PERF.md)
         parts = [("M=1 +scales", 8, 60, 50, [("both", 0), ("both", 1)], [("regs", 4, 3), ("regs", 8, 2), ("regs", 2, 4), ("regs", 4, 4)], (0, 12))]
         pins = (True, False)
