@@ -2,7 +2,9 @@
 # wgmma-fp4 path reads them, and what GEMM2's dependence on all of GEMM1
 # costs, with nothing else in the kernel but an optional stand-in for
 # the widening: the floor, on this card, of the forward's two weight
-# streams (docs/PERF.md, "The floor of M=1's dataflow").
+# streams (docs/PERF.md, "The floor of M=1's dataflow"); and, with the
+# loops' own widening and MMAs as the work, the floor of the 16-token
+# loops (docs/PERF.md, "The floor of the 16-token loops' work").
 #
 # Layout (f4_layout.go): a 64-row group's chunks of 2 KB, one 16-byte
 # word a thread a chunk, a warpgroup a group, two warpgroups a CTA, a
@@ -67,7 +69,9 @@
 # work 0 every word's fold is checked against the buffer's ("read ok").
 # Run on the GPU machine (torch for memory and events; NVRTC and the
 # driver through wgmma_rate.py's ctypes helpers, sm_90a):
-#   python3 scripts/stream_probe.py
+#   python3 scripts/stream_probe.py            # M=1 and the 28 experts, integer work
+#   python3 scripts/stream_probe.py MODE       # mma, wg, wg-nowait, wg-window, wg-windows,
+#                                              # wg-window-parts, l1, l1-m1 (main() says what each runs)
 import ctypes, os, statistics, sys
 import numpy as np
 import torch
