@@ -50,7 +50,13 @@
 # role's weights (hot in L2, as x and the intermediate are); "wg16w4",
 # "wg16w8": windows of 4 and 8 steps; "wg16wb": the 2-step windows'
 # waits and barriers without the copies, "wg16wc": the copies without
-# the waits and barriers (timing only: it reads windows as they land).
+# the waits and barriers (timing only: it reads windows as they land);
+# "wg16m": no CTA barrier: one thread fills each 2-step window (8 KB, of
+# three) with four 2 KB cp.async.bulk copies onto the window's "full"
+# mbarrier once both warpgroups have released it on its "empty" one, and
+# each warpgroup waits only on "full" (the bytes contiguous, as a tensor
+# copy of a tile's rows would move them; a tensor copy would also swizzle
+# them, which costs the copy no instruction).
 #
 # One kernel, two roles: CTAs [0, G1/2) stream GEMM1's groups and then
 # count themselves (every thread's loads done, a barrier, a fence, one
@@ -71,7 +77,7 @@
 # driver through wgmma_rate.py's ctypes helpers, sm_90a):
 #   python3 scripts/stream_probe.py            # M=1 and the 28 experts, integer work
 #   python3 scripts/stream_probe.py MODE       # mma, wg, wg-nowait, wg-window, wg-windows,
-#                                              # wg-window-parts, l1, l1-m1 (main() says what each runs)
+#                                              # wg-window-parts, wg-mbar, l1, l1-m1 (main() says what each runs)
 import ctypes, os, statistics, sys
 import numpy as np
 import torch
@@ -118,6 +124,20 @@ __device__ __forceinline__ void wgmma16(float (&d)[8], const u32 (&a)[4], u64 db
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
+__device__ __forceinline__ void mb_init(u32 bar, u32 n) { asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(n) : "memory"); }
+__device__ __forceinline__ void mb_arrive(u32 bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory"); }
+__device__ __forceinline__ void mb_expect(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory"); }
+__device__ __forceinline__ void mb_wait(u32 bar, u32 parity) {
+    u32 ok = 0;
+    while (!ok)
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void bulk(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
 // The 128-byte swizzled K-major descriptor (moe.cu sw_desc): 16-byte units,
 // leading offset 1, stride 1024 bytes (8 rows), swizzle mode 1.
 __device__ __forceinline__ u64 swdesc(const void* p) {
@@ -129,6 +149,34 @@ TROW = 2 * 128 + 16  # bytes a staged token row: a 128-k window, 16 bytes of pad
 
 
 def pre_src(w):
+    if w == "wg16m":
+        # Three windows of 2 steps (8 KB each), 1024-byte aligned, their
+        # full and empty mbarriers; thread 0 fills windows 0 and 1.
+        return ("constexpr int NB = 3;\n"
+                "extern __shared__ __align__(128) unsigned char dsm[];\n"
+                "unsigned char* win = dsm + ((1024u - (saddr(dsm) & 1023u)) & 1023u);\n"
+                "__shared__ __align__(8) u64 full[NB], empty[NB];\n"
+                "const unsigned char* tokb = (const unsigned char*)w;\n"
+                "const int kdim = nchunk * 64, nwin = (nstep + 1) / 2;\n"
+                "if (threadIdx.x == 0) {\n"
+                "    for (int b = 0; b < NB; b++) { mb_init(saddr(&full[b]), 1); mb_init(saddr(&empty[b]), 2); }\n"
+                "    asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");\n"
+                "}\n"
+                "__syncthreads();\n"
+                "auto fill = [&](int wn) {\n"
+                "    const int b = wn % NB;\n"
+                "    if (wn >= NB) mb_wait(saddr(&empty[b]), ((wn / NB) - 1) & 1);\n"
+                "    mb_expect(saddr(&full[b]), 8192);\n"
+                "    _Pragma(\"unroll\") for (int q = 0; q < 4; q++) {\n"
+                "        int k = (256 * wn + 64 * q) % kdim;\n"
+                "        bulk(saddr(win + b * 8192 + q * 2048), tokb + 32 * (u64)k, 2048, saddr(&full[b]));\n"
+                "    }\n"
+                "};\n"
+                "if (threadIdx.x == 0) { fill(0); if (nwin > 1) fill(1); }\n"
+                "float fd[8];\n"
+                "for (int i = 0; i < 8; i++) fd[i] = 0.0f;\n"
+                "u32 A2[1][4][4];\n"
+                "const u64 d0 = swdesc(win);\n")
     if str(w).startswith("wg16w"):
         # Two windows of WS steps (2 WS chunks of 16 rows, 2 KB each),
         # 1024-byte aligned; window 0 staged before the loop.
@@ -186,6 +234,23 @@ def post_src(w):
 
 
 def work_src(w):
+    if w == "wg16m":
+        # At a window's first chunk: wait for its bytes; thread 0 first
+        # fills the window after the next (once both warpgroups released
+        # it). At its last chunk's end: each warpgroup's thread 0 releases
+        # it (the warpgroup's wgmmas on it retired by the wait).
+        return ("{ const int wn = c >> 1, b = wn % NB;"
+                " if (h == 0 && (c & 1) == 0) {"
+                " if (threadIdx.x == 0 && wn + 2 < nwin) fill(wn + 2);"
+                " mb_wait(saddr(&full[b]), (wn / NB) & 1); }"
+                " const u32 m0 = ((v.x << 7) & 0x03800380u) | 0x3C003C00u, m1 = ((v.y >> 1) & 0x03800380u) | 0x3C003C00u;"
+                " u32 (&A)[4][4] = A2[0];"
+                " widen(A[0], v.x, m0); widen(A[1], v.y, m0); widen(A[2], v.z, m1); widen(A[3], v.w, m1);"
+                " const u64 db = d0 + (u64)((b * 8192 + (c & 1) * 4096 + h * 2048) >> 4);"
+                " wg_fence();"
+                " _Pragma(\"unroll\") for (int q = 0; q < 4; q++) wgmma16(fd, A[q], db + (u64)(2 * q));"
+                " wg_commit(); wg_wait<0>();"
+                " if (h == 1 && ((c & 1) == 1 || c + 1 == nstep) && (threadIdx.x & 127) == 0) mb_arrive(saddr(&empty[b])); }")
     if str(w).startswith("wg16w"):
         sync = "" if w.endswith("c") else (" asm volatile(\"cp.async.wait_group 0;\" ::: \"memory\");"
                                            " asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\"); __syncthreads();")
@@ -342,6 +407,8 @@ def smem_need(feed, steps, work):
         return steps * 2 * 4096
     if w.startswith("mma"):
         return int(w[3:]) * TROW
+    if w == "wg16m":
+        return 3 * 8192 + 1024
     if w.startswith("wg16w"):
         return 2 * int(w[5:].rstrip("bc") or 2) * 4096 + 1024
     if w.startswith("wg"):
@@ -415,6 +482,10 @@ def main():
         pins = (True, False)
     if sys.argv[1:] == ["wg-window-parts"]:  # what a window's staging costs: its copies, its waits and barriers
         parts = [("E=28 +scales", 28, 60, 50, [("both", 1)], [("regs", 4, 3), ("regs", 2, 4)], ("wg16", "wg16w", "wg16wb", "wg16wc"))]
+        pins = (False,)
+    if sys.argv[1:] == ["wg-mbar"]:  # windows filled by one thread onto mbarriers, no CTA barrier
+        parts = [("E=28 +scales", 28, 60, 50, [("both", 0), ("both", 1)], [("regs", 4, 3), ("regs", 2, 4), ("regs", 2, 3)],
+                  ("wg16", "wg16m"))]
         pins = (False,)
     if sys.argv[1:] == ["l1-m1"]:  # the same for M=1's bytes (its dataflow floor, docs/PERF.md)
         parts = [("M=1 +scales", 8, 60, 50, [("both", 0), ("both", 1)], [("regs", 4, 3), ("regs", 8, 2), ("regs", 2, 4), ("regs", 4, 4)], (0, 12))]

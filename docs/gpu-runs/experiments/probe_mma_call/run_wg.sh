@@ -7,6 +7,7 @@
 #   PROBE=l1               run_l1.log               02:56 UTC  CTAs pinned by shared memory (small L1) or by registers
 #   PROBE=l1-m1            run_l1_m1.log            02:57 UTC  the same for M=1's bytes
 #   PROBE=wg-window-parts  run_wg_window_parts.log  02:59 UTC  a window's copies apart from its waits and barriers
+#   PROBE=wg-mbar          run_wg_mbar.log          03:02 UTC  windows filled by one thread onto mbarriers, no CTA barrier
 source scripts/device-prelude.sh
 PYTHONUNBUFFERED=1 timeout 300 python3 scripts/stream_probe.py "${PROBE:-wg}" 2>&1
 echo "t=$(el) s"; date -u
