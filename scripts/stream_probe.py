@@ -56,7 +56,12 @@
 # mbarrier once both warpgroups have released it on its "empty" one, and
 # each warpgroup waits only on "full" (the bytes contiguous, as a tensor
 # copy of a tile's rows would move them; a tensor copy would also swizzle
-# them, which costs the copy no instruction).
+# them, which costs the copy no instruction); "wg16s": the same windows
+# filled by a ninth warp of the CTA that does nothing else (288 threads:
+# a producer apart, the two warpgroups waiting only for data and each
+# releasing a window on "empty" when done with it); "wg16sq": that with
+# a quarter of each window's bytes copied (timing only: what the tokens'
+# bytes cost, apart from the waits).
 #
 # One kernel, two roles: CTAs [0, G1/2) stream GEMM1's groups and then
 # count themselves (every thread's loads done, a barrier, a fence, one
@@ -77,7 +82,8 @@
 # driver through wgmma_rate.py's ctypes helpers, sm_90a):
 #   python3 scripts/stream_probe.py            # M=1 and the 28 experts, integer work
 #   python3 scripts/stream_probe.py MODE       # mma, wg, wg-nowait, wg-window, wg-windows,
-#                                              # wg-window-parts, wg-mbar, l1, l1-m1 (main() says what each runs)
+#                                              # wg-window-parts, wg-mbar, wg-producer, l1, l1-m1
+#                                              # (main() says what each runs)
 import ctypes, os, statistics, sys
 import numpy as np
 import torch
@@ -149,6 +155,13 @@ TROW = 2 * 128 + 16  # bytes a staged token row: a 128-k window, 16 bytes of pad
 
 
 def pre_src(w):
+    if w in ("wg16s", "wg16sq"):
+        return ("unsigned char* win = pwin();\n"
+                "const int nwin = (nstep + 1) / 2;\n"
+                "float fd[8];\n"
+                "for (int i = 0; i < 8; i++) fd[i] = 0.0f;\n"
+                "u32 A2[1][4][4];\n"
+                "const u64 d0 = swdesc(win);\n")
     if w == "wg16m":
         # Three windows of 2 steps (8 KB each), 1024-byte aligned, their
         # full and empty mbarriers; thread 0 fills windows 0 and 1.
@@ -234,6 +247,17 @@ def post_src(w):
 
 
 def work_src(w):
+    if w in ("wg16s", "wg16sq"):
+        return ("{ const int wn = c >> 1, b = wn % 3;"
+                " if (h == 0 && (c & 1) == 0) mb_wait(pbar(b), (wn / 3) & 1);"
+                " const u32 m0 = ((v.x << 7) & 0x03800380u) | 0x3C003C00u, m1 = ((v.y >> 1) & 0x03800380u) | 0x3C003C00u;"
+                " u32 (&A)[4][4] = A2[0];"
+                " widen(A[0], v.x, m0); widen(A[1], v.y, m0); widen(A[2], v.z, m1); widen(A[3], v.w, m1);"
+                " const u64 db = d0 + (u64)((b * 8192 + (c & 1) * 4096 + h * 2048) >> 4);"
+                " wg_fence();"
+                " _Pragma(\"unroll\") for (int q = 0; q < 4; q++) wgmma16(fd, A[q], db + (u64)(2 * q));"
+                " wg_commit(); wg_wait<0>();"
+                " if (h == 1 && ((c & 1) == 1 || c + 1 == nstep) && (threadIdx.x & 127) == 0) mb_arrive(pbar(3 + b)); (void)nwin; }")
     if w == "wg16m":
         # At a window's first chunk: wait for its bytes; thread 0 first
         # fills the window after the next (once both warpgroups released
@@ -303,7 +327,7 @@ __device__ __forceinline__ void wait_count(const u32* count, u32 target, u32* la
         do { asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(count) : "memory"); } while (v < target && ++n < SPIN_LIMIT);
         if (v < target) atomicExch(late, 1u);
     }
-    __syncthreads();
+    CONSUMER_SYNC();
 }
 """
 
@@ -377,10 +401,25 @@ __device__ __forceinline__ u32 stream(const U4* __restrict__ w, int nchunk, int 
 """
 
 KERNEL = """
-extern "C" __global__ void __launch_bounds__(256, CTAS) probe(const U4* w1, int nchunk1, int ctas1, const U4* w2, int nchunk2,
+extern "C" __global__ void __launch_bounds__(THREADS, CTAS) probe(const U4* w1, int nchunk1, int ctas1, const U4* w2, int nchunk2,
                                                           u32* count, int dep, u32* late, u32* out) {
     bool first = blockIdx.x < ctas1;
     int cta = first ? blockIdx.x : blockIdx.x - ctas1, group = cta * 2 + threadIdx.x / 128;
+#if THREADS > 256
+    // The producer warp's windows and mbarriers (wg16s), initialized
+    // before the roles part.
+    if (threadIdx.x == 0) {
+        for (int b = 0; b < 3; b++) { mb_init(pbar(b), 1); mb_init(pbar(3 + b), 2); }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x >= 256) {
+        if (threadIdx.x == 256)
+            produce(first ? w1 : w2, first ? nchunk1 : nchunk2, first || !dep ? nullptr : count, (u32)ctas1);
+        if (first) __syncthreads();
+        return;
+    }
+#endif
     u32 acc = first ? stream(w1, nchunk1, group, nullptr, 0, late)
                     : stream(w2, nchunk2, group, dep ? count : nullptr, (u32)ctas1, late);
     out[blockIdx.x * 256 + threadIdx.x] = acc;
@@ -392,12 +431,52 @@ extern "C" __global__ void __launch_bounds__(256, CTAS) probe(const U4* w1, int 
 """
 
 
+PRODUCER = r"""
+// The producer warp's shared memory: three 8 KB windows from the first
+// 1024-byte boundary of the dynamic shared memory, then their full (0..2)
+// and empty (3..5) mbarriers.
+__device__ __forceinline__ unsigned char* pwin() {
+    extern __shared__ __align__(128) unsigned char dsm[];
+    return dsm + ((1024u - (saddr(dsm) & 1023u)) & 1023u);
+}
+__device__ __forceinline__ u32 pbar(int i) { return saddr(pwin() + 3 * 8192 + 8 * i); }
+// Fill every 2-step window of the role's token rows (the first bytes of
+// its weights), each once both warpgroups released the buffer; GEMM2's
+// producer first waits for GEMM1, as its tokens would.
+__device__ __forceinline__ void produce(const U4* w, int nchunk, const u32* count, u32 target) {
+    constexpr int NQ = PRODUCER_CHUNKS; // 2 KB chunks copied a window (4: all of it)
+    const unsigned char* tokb = (const unsigned char*)w;
+    const int nstep = nchunk / 2, nwin = (nstep + 1) / 2, kdim = nchunk * 64;
+    if (count) {
+        u32 v = 0, n = 0;
+        do { asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(count) : "memory"); } while (v < target && ++n < SPIN_LIMIT);
+    }
+    for (int wn = 0; wn < nwin; wn++) {
+        const int b = wn % 3;
+        if (wn >= 3) mb_wait(pbar(3 + b), ((wn / 3) - 1) & 1);
+        mb_expect(pbar(b), NQ * 2048);
+        for (int q = 0; q < NQ; q++) {
+            int k = (256 * wn + 64 * q) % kdim;
+            bulk(saddr(pwin() + b * 8192 + q * 2048), tokb + 32 * (u64)k, 2048, pbar(b));
+        }
+    }
+}
+"""
+
+
+def threads(work):
+    return 288 if str(work).startswith("wg16s") else 256
+
+
 def source(feed, steps, ctas, work):
     mma = str(work).startswith(("mma", "wg"))
     assert feed == "regs" or not mma, "the mma works run on the regs feed"
     body = (REGS if feed == "regs" else RING).replace("WORK", work_src(work)).replace("PRE", pre_src(work)).replace("POST", post_src(work))
-    defs = f"#define AH {steps}\n#define R {steps}\n#define CTAS {ctas}\n#define SPIN_LIMIT {SPIN_LIMIT}u\n"
-    return defs + COMMON + (MMA_FUNCS if mma else "") + body + KERNEL
+    sync = "asm volatile(\"bar.sync 1, 256;\" ::: \"memory\")" if threads(work) > 256 else "__syncthreads()"
+    defs = (f"#define AH {steps}\n#define R {steps}\n#define CTAS {ctas}\n#define SPIN_LIMIT {SPIN_LIMIT}u\n"
+            f"#define THREADS {threads(work)}\n#define CONSUMER_SYNC() {sync}\n"
+            f"#define PRODUCER_CHUNKS {1 if work == 'wg16sq' else 4}\n")
+    return defs + COMMON + (MMA_FUNCS if mma else "") + (PRODUCER if threads(work) > 256 else "") + body + KERNEL
 
 
 def smem_need(feed, steps, work):
@@ -407,8 +486,8 @@ def smem_need(feed, steps, work):
         return steps * 2 * 4096
     if w.startswith("mma"):
         return int(w[3:]) * TROW
-    if w == "wg16m":
-        return 3 * 8192 + 1024
+    if w in ("wg16m", "wg16s", "wg16sq"):
+        return 3 * 8192 + 1024 + 64
     if w.startswith("wg16w"):
         return 2 * int(w[5:].rstrip("bc") or 2) * 4096 + 1024
     if w.startswith("wg"):
@@ -433,7 +512,8 @@ class Probe:
         check_cu(cuda.cuFuncSetAttribute(self.fn, 8, self.dyn), "cuFuncSetAttribute")
         regs, occ = ctypes.c_int(), ctypes.c_int()
         check_cu(cuda.cuFuncGetAttribute(ctypes.byref(regs), 4, self.fn), "cuFuncGetAttribute")
-        check_cu(cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(occ), self.fn, 256, ctypes.c_size_t(self.dyn)),
+        self.threads = threads(work)
+        check_cu(cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(occ), self.fn, self.threads, ctypes.c_size_t(self.dyn)),
                  "cuOccupancyMaxActiveBlocksPerMultiprocessor")
         self.regs, self.ctas = regs.value, occ.value
 
@@ -442,7 +522,7 @@ class Probe:
                 ctypes.c_void_p(count.data_ptr()), ctypes.c_int(dep), ctypes.c_void_p(late.data_ptr()), ctypes.c_void_p(out.data_ptr())]
         args = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in vals])
         stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        check_cu(cuda.cuLaunchKernel(self.fn, c1 + c2, 1, 1, 256, 1, 1, self.dyn, stream, args, None), "cuLaunchKernel")
+        check_cu(cuda.cuLaunchKernel(self.fn, c1 + c2, 1, 1, self.threads, 1, 1, self.dyn, stream, args, None), "cuLaunchKernel")
 
     def close(self):
         cuda.cuModuleUnload(self.mod)
@@ -486,6 +566,13 @@ def main():
     if sys.argv[1:] == ["wg-mbar"]:  # windows filled by one thread onto mbarriers, no CTA barrier
         parts = [("E=28 +scales", 28, 60, 50, [("both", 0), ("both", 1)], [("regs", 4, 3), ("regs", 2, 4), ("regs", 2, 3)],
                   ("wg16", "wg16m"))]
+        pins = (False,)
+    if sys.argv[1:] == ["wg-producer"]:  # the windows filled by a warp of their own
+        parts = [("E=28 +scales", 28, 60, 50, [("both", 0), ("both", 1)], [("regs", 4, 3), ("regs", 2, 4), ("regs", 2, 3)],
+                  ("wg16", "wg16s"))]
+        pins = (False,)
+    if sys.argv[1:] == ["wg-producer-quarter"]:  # and with a quarter of the bytes
+        parts = [("E=28 +scales", 28, 60, 50, [("both", 0), ("both", 1)], [("regs", 4, 3), ("regs", 2, 4)], ("wg16s", "wg16sq"))]
         pins = (False,)
     if sys.argv[1:] == ["l1-m1"]:  # the same for M=1's bytes (its dataflow floor, docs/PERF.md)
         parts = [("M=1 +scales", 8, 60, 50, [("both", 0), ("both", 1)], [("regs", 4, 3), ("regs", 8, 2), ("regs", 2, 4), ("regs", 4, 4)], (0, 12))]

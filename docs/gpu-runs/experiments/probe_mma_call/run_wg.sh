@@ -8,6 +8,8 @@
 #   PROBE=l1-m1            run_l1_m1.log            02:57 UTC  the same for M=1's bytes
 #   PROBE=wg-window-parts  run_wg_window_parts.log  02:59 UTC  a window's copies apart from its waits and barriers
 #   PROBE=wg-mbar          run_wg_mbar.log          03:02 UTC  windows filled by one thread onto mbarriers, no CTA barrier
+#   PROBE=wg-producer      run_wg_producer.log      03:04 UTC  the windows filled by a ninth warp of their own
+#   PROBE=wg-producer-quarter run_wg_producer_quarter.log  that warp copying a quarter of each window (timing only)
 source scripts/device-prelude.sh
 PYTHONUNBUFFERED=1 timeout 300 python3 scripts/stream_probe.py "${PROBE:-wg}" 2>&1
 echo "t=$(el) s"; date -u
