@@ -3,6 +3,7 @@
 #
 #   source scripts/device-prelude.sh        # LOG=name.log to name the log
 #   compile_all kimimoe kimimoe_old         # each binary's kernel module, in parallel
+#   compile_all base= pf0=KMOE_F4SD_PF=0    # or variants of .gpu/kimimoe's (KIMIMOE_NVRTC_DEFINES)
 #   ... benches, validations, tests ...
 #
 # It guards against the two ways device calls have been lost:
@@ -14,15 +15,16 @@
 #   (KIMIMOE_NVRTC_DEFINES), compiles its module on first use: about 100 s
 #   with NVRTC 13.0 on the H200. A command timed out before that is killed
 #   before its cubin is cached, and the next one compiles again.
-#   compile_all compiles each binary once, with ptxas's notes, under a
-#   timeout that fits, and says which did not finish. (Before commit
+#   compile_all compiles each binary or variant once, with ptxas's notes,
+#   under a timeout that fits, and says which did not finish. (Before commit
 #   9f17c6c ptxas's -v was part of the cache key, so a verbose compile's
 #   cubin served no plain run: docs/gpu-runs/experiments/f49_*.log.)
 #
 # Sets KIMIMOE_CACHE (one cubin cache for the call) and NCCL_NVLS_ENABLE=0;
-# el prints the seconds since the prelude ran. same_validate and
-# ab_passes (below) are the JSON comparison and the interleaved A/B
-# loop that the call scripts before them each wrote out.
+# el prints the seconds since the prelude ran. compile_all's variants,
+# same_validate and ab_passes (below) are the compile loop, the JSON
+# comparison and the interleaved A/B loop that the call scripts before
+# them each wrote out (those scripts are kept as they ran).
 set -uo pipefail
 export KIMIMOE_CACHE="${KIMIMOE_CACHE:-/tmp/kc}" NCCL_NVLS_ENABLE=0
 : "${OUT:=/tmp/kimimoe-out}"
@@ -40,30 +42,40 @@ wait_own() {
 	return $rc
 }
 
-# compile_all BIN...: compile the kernel module of each .gpu/BIN in
-# parallel (a one-token bench on a tiny layer, KIMIMOE_NVRTC_VERBOSE=1),
-# then print each one's ptxas lines for the kernels matching
-# $PTXAS_KERNELS (an extended regex; default the wgmma-fp4 GEMMs) and any
-# error. COMPILE_TIMEOUT (default 240 s) bounds each.
+# compile_all ITEM...: compile, in parallel, the kernel module of each
+# ITEM, a binary .gpu/BIN (under the caller's KIMIMOE_NVRTC_DEFINES) or a
+# variant LABEL=DEFINES of .gpu/kimimoe (DEFINES: KIMIMOE_NVRTC_DEFINES'
+# words, space-separated; empty for the plain module), with a one-token
+# bench on a tiny layer under KIMIMOE_NVRTC_VERBOSE=1; then print each
+# one's ptxas lines for the kernels matching $PTXAS_KERNELS (an extended
+# regex; default the wgmma-fp4 GEMMs) and, if it failed, its log's end.
+# COMPILE_TIMEOUT (default 240 s) bounds each. Returns nonzero if any
+# failed.
 compile_all() {
-	local b bins=("$@") pids=()
-	for b in "${bins[@]}"; do
-		KIMIMOE_NVRTC_VERBOSE=1 timeout "${COMPILE_TIMEOUT:-240}" ".gpu/$b" bench --backend cuda --k 256 --n 256 --m 1 \
-			--rounds 1 --warmup 0 --copy-mb 64 >"/tmp/compile_$b.txt" 2>&1 &
+	local item items=("$@") pids=() bin defs
+	for item in "${items[@]}"; do
+		bin=$item defs=${KIMIMOE_NVRTC_DEFINES:-}
+		if [[ $item == *=* ]]; then bin=kimimoe defs=${item#*=}; fi
+		KIMIMOE_NVRTC_DEFINES="$defs" KIMIMOE_NVRTC_VERBOSE=1 timeout "${COMPILE_TIMEOUT:-240}" ".gpu/$bin" bench --backend cuda \
+			--k 256 --n 256 --m 1 --rounds 1 --warmup 0 --copy-mb 64 >"/tmp/compile_${item%%=*}.txt" 2>&1 &
 		pids+=($!)
 	done
-	local i rc
+	local i rc fail=0 log
 	for i in "${!pids[@]}"; do
-		b=${bins[$i]}
+		item=${items[$i]} log="/tmp/compile_${items[$i]%%=*}.txt"
 		wait "${pids[$i]}"
 		rc=$?
-		echo "compiled $b: exit $rc (t=$(el) s)"
-		grep -a -A3 -E "entry function '(${PTXAS_KERNELS:-kmoe_f4s?_gemm[a-z0-9_]*})'" "/tmp/compile_$b.txt" |
+		echo "compiled ${item%%=*}: exit $rc (t=$(el) s)"
+		grep -a -A3 -E "entry function '(${PTXAS_KERNELS:-kmoe_f4s?_gemm[a-z0-9_]*})'" "$log" |
 			grep -a -o -E "entry function '[a-z0-9_]*'|[0-9]+ bytes spill stores|Used [0-9]+ registers" |
 			sed -E "s/entry function '([a-z0-9_]*)'/\n  \1:/" | tr '\n' ' ' | sed 's/  \+/ /g'
 		echo
-		[ "$rc" = 0 ] || tail -5 "/tmp/compile_$b.txt"
+		if [ "$rc" != 0 ]; then
+			tail -5 "$log"
+			fail=1
+		fi
 	done
+	return $fail
 }
 
 # same_validate A.json B.json: whether two validate JSONs agree case by
