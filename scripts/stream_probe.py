@@ -130,66 +130,81 @@ __device__ __forceinline__ void wgmma16(float (&d)[8], const u32 (&a)[4], u64 db
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
-__device__ __forceinline__ void mb_init(u32 bar, u32 n) { asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(n) : "memory"); }
-__device__ __forceinline__ void mb_arrive(u32 bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory"); }
-__device__ __forceinline__ void mb_expect(u32 bar, u32 bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory"); }
-__device__ __forceinline__ void mb_wait(u32 bar, u32 parity) {
-    u32 ok = 0;
-    while (!ok)
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
-                     : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
-}
-__device__ __forceinline__ void bulk(u32 dst, const void* src, u32 bytes, u32 bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
-}
 // The 128-byte swizzled K-major descriptor (moe.cu sw_desc): 16-byte units,
 // leading offset 1, stride 1024 bytes (8 rows), swizzle mode 1.
 __device__ __forceinline__ u64 swdesc(const void* p) {
     u64 a = saddr(p);
     return ((a & 0x3FFFFull) >> 4) | (1ull << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62);
 }
+// A chunk's multipliers from its words (BF16 2^-7 .. 2^7 by halves: two
+// instructions each, as f4_mults's).
+__device__ __forceinline__ void mults(U4 v, u32* m0, u32* m1) {
+    *m0 = ((v.x << 7) & 0x03800380u) | 0x3C003C00u;
+    *m1 = ((v.y >> 1) & 0x03800380u) | 0x3C003C00u;
+}
+// A chunk's four words widened into A and multiplied by the warpgroup's
+// wgmma m64n16k16 from the 16 token rows at descriptor db (k16 step q at
+// + 32 q bytes), the chunk's group committed and waited for with WAIT
+// groups left in flight.
+template <int WAIT>
+__device__ __forceinline__ void wg_chunk(float (&fd)[8], u32 (&A)[4][4], U4 v, u64 db) {
+    u32 m0, m1;
+    mults(v, &m0, &m1);
+    widen(A[0], v.x, m0); widen(A[1], v.y, m0); widen(A[2], v.z, m1); widen(A[3], v.w, m1);
+    wg_fence();
+    #pragma unroll
+    for (int q = 0; q < 4; q++) wgmma16(fd, A[q], db + (u64)(2 * q));
+    wg_commit();
+    wg_wait<WAIT>();
+}
+// The mbarrier-fed windows (wg16m, wg16s): three 8 KB windows of 2 steps
+// from the first 1024-byte boundary of the dynamic shared memory, then
+// their full (0..2) and empty (3..5) mbarriers, initialized by the kernel.
+__device__ __forceinline__ unsigned char* pwin() {
+    extern __shared__ __align__(128) unsigned char dsm[];
+    return dsm + ((1024u - (saddr(dsm) & 1023u)) & 1023u);
+}
+__device__ __forceinline__ u32 pbar(int i) { return saddr(pwin() + 3 * 8192 + 8 * i); }
+// Fill window wn with nq of its four 2 KB chunks (bulk copies onto its
+// full mbarrier) from the token rows tokb (kdim k each), once both
+// warpgroups have released its buffer.
+__device__ __forceinline__ void fill_window(const unsigned char* tokb, int kdim, int wn, int nq) {
+    const int b = wn % 3;
+    if (wn >= 3) mb_wait(pbar(3 + b), ((wn / 3) - 1) & 1);
+    mb_expect(pbar(b), nq * 2048);
+    for (int q = 0; q < nq; q++) {
+        int k = (256 * wn + 64 * q) % kdim;
+        bulk(saddr(pwin() + b * 8192 + q * 2048), tokb + 32 * (u64)k, 2048, pbar(b));
+    }
+}
+// A warpgroup's chunk (step c, half h) from the mbarrier-fed windows:
+// wait for the window's bytes at its first chunk, release it at its last
+// (the warpgroup's wgmmas on it retired by the wait).
+__device__ __forceinline__ void mbar_chunk(float (&fd)[8], u32 (&A)[4][4], U4 v, int c, int h, int nstep, u64 d0) {
+    const int wn = c >> 1, b = wn % 3;
+    if (h == 0 && (c & 1) == 0) mb_wait(pbar(b), (wn / 3) & 1);
+    wg_chunk<0>(fd, A, v, d0 + (u64)((b * 8192 + (c & 1) * 4096 + h * 2048) >> 4));
+    if (h == 1 && ((c & 1) == 1 || c + 1 == nstep) && (threadIdx.x & 127) == 0) mb_arrive(pbar(3 + b));
+}
 """
 TROW = 2 * 128 + 16  # bytes a staged token row: a 128-k window, 16 bytes of padding (as f4s_row)
 
 
+MBAR_WORKS = ("wg16m", "wg16s", "wg16sq")  # the works on the mbarrier-fed windows (pwin, pbar)
+
+
 def pre_src(w):
-    if w in ("wg16s", "wg16sq"):
-        return ("unsigned char* win = pwin();\n"
-                "const int nwin = (nstep + 1) / 2;\n"
-                "float fd[8];\n"
-                "for (int i = 0; i < 8; i++) fd[i] = 0.0f;\n"
-                "u32 A2[1][4][4];\n"
-                "const u64 d0 = swdesc(win);\n")
-    if w == "wg16m":
-        # Three windows of 2 steps (8 KB each), 1024-byte aligned, their
-        # full and empty mbarriers; thread 0 fills windows 0 and 1.
-        return ("constexpr int NB = 3;\n"
-                "extern __shared__ __align__(128) unsigned char dsm[];\n"
-                "unsigned char* win = dsm + ((1024u - (saddr(dsm) & 1023u)) & 1023u);\n"
-                "__shared__ __align__(8) u64 full[NB], empty[NB];\n"
-                "const unsigned char* tokb = (const unsigned char*)w;\n"
+    if w in MBAR_WORKS:
+        # wg16m: thread 0 fills windows 0 and 1 (the producer warp fills
+        # them all in wg16s and wg16sq).
+        fill = ("const unsigned char* tokb = (const unsigned char*)w;\n"
                 "const int kdim = nchunk * 64, nwin = (nstep + 1) / 2;\n"
-                "if (threadIdx.x == 0) {\n"
-                "    for (int b = 0; b < NB; b++) { mb_init(saddr(&full[b]), 1); mb_init(saddr(&empty[b]), 2); }\n"
-                "    asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");\n"
-                "}\n"
-                "__syncthreads();\n"
-                "auto fill = [&](int wn) {\n"
-                "    const int b = wn % NB;\n"
-                "    if (wn >= NB) mb_wait(saddr(&empty[b]), ((wn / NB) - 1) & 1);\n"
-                "    mb_expect(saddr(&full[b]), 8192);\n"
-                "    _Pragma(\"unroll\") for (int q = 0; q < 4; q++) {\n"
-                "        int k = (256 * wn + 64 * q) % kdim;\n"
-                "        bulk(saddr(win + b * 8192 + q * 2048), tokb + 32 * (u64)k, 2048, saddr(&full[b]));\n"
-                "    }\n"
-                "};\n"
-                "if (threadIdx.x == 0) { fill(0); if (nwin > 1) fill(1); }\n"
+                "if (threadIdx.x == 0) { fill_window(tokb, kdim, 0, 4); if (nwin > 1) fill_window(tokb, kdim, 1, 4); }\n")
+        return ((fill if w == "wg16m" else "") +
                 "float fd[8];\n"
                 "for (int i = 0; i < 8; i++) fd[i] = 0.0f;\n"
                 "u32 A2[1][4][4];\n"
-                "const u64 d0 = swdesc(win);\n")
+                "const u64 d0 = swdesc(pwin());\n")
     if str(w).startswith("wg16w"):
         # Two windows of WS steps (2 WS chunks of 16 rows, 2 KB each),
         # 1024-byte aligned; window 0 staged before the loop.
@@ -247,59 +262,25 @@ def post_src(w):
 
 
 def work_src(w):
-    if w in ("wg16s", "wg16sq"):
-        return ("{ const int wn = c >> 1, b = wn % 3;"
-                " if (h == 0 && (c & 1) == 0) mb_wait(pbar(b), (wn / 3) & 1);"
-                " const u32 m0 = ((v.x << 7) & 0x03800380u) | 0x3C003C00u, m1 = ((v.y >> 1) & 0x03800380u) | 0x3C003C00u;"
-                " u32 (&A)[4][4] = A2[0];"
-                " widen(A[0], v.x, m0); widen(A[1], v.y, m0); widen(A[2], v.z, m1); widen(A[3], v.w, m1);"
-                " const u64 db = d0 + (u64)((b * 8192 + (c & 1) * 4096 + h * 2048) >> 4);"
-                " wg_fence();"
-                " _Pragma(\"unroll\") for (int q = 0; q < 4; q++) wgmma16(fd, A[q], db + (u64)(2 * q));"
-                " wg_commit(); wg_wait<0>();"
-                " if (h == 1 && ((c & 1) == 1 || c + 1 == nstep) && (threadIdx.x & 127) == 0) mb_arrive(pbar(3 + b)); (void)nwin; }")
-    if w == "wg16m":
-        # At a window's first chunk: wait for its bytes; thread 0 first
-        # fills the window after the next (once both warpgroups released
-        # it). At its last chunk's end: each warpgroup's thread 0 releases
-        # it (the warpgroup's wgmmas on it retired by the wait).
-        return ("{ const int wn = c >> 1, b = wn % NB;"
-                " if (h == 0 && (c & 1) == 0) {"
-                " if (threadIdx.x == 0 && wn + 2 < nwin) fill(wn + 2);"
-                " mb_wait(saddr(&full[b]), (wn / NB) & 1); }"
-                " const u32 m0 = ((v.x << 7) & 0x03800380u) | 0x3C003C00u, m1 = ((v.y >> 1) & 0x03800380u) | 0x3C003C00u;"
-                " u32 (&A)[4][4] = A2[0];"
-                " widen(A[0], v.x, m0); widen(A[1], v.y, m0); widen(A[2], v.z, m1); widen(A[3], v.w, m1);"
-                " const u64 db = d0 + (u64)((b * 8192 + (c & 1) * 4096 + h * 2048) >> 4);"
-                " wg_fence();"
-                " _Pragma(\"unroll\") for (int q = 0; q < 4; q++) wgmma16(fd, A[q], db + (u64)(2 * q));"
-                " wg_commit(); wg_wait<0>();"
-                " if (h == 1 && ((c & 1) == 1 || c + 1 == nstep) && (threadIdx.x & 127) == 0) mb_arrive(saddr(&empty[b])); }")
+    if w in MBAR_WORKS:
+        # wg16m: at a window's first chunk thread 0 first fills the window
+        # after the next (once both warpgroups released it).
+        fill = (" if (threadIdx.x == 0 && h == 0 && (c & 1) == 0 && (c >> 1) + 2 < nwin) fill_window(tokb, kdim, (c >> 1) + 2, 4);"
+                if w == "wg16m" else "")
+        return "{" + fill + " mbar_chunk(fd, A2[0], v, c, h, nstep, d0); }"
     if str(w).startswith("wg16w"):
         sync = "" if w.endswith("c") else (" asm volatile(\"cp.async.wait_group 0;\" ::: \"memory\");"
                                            " asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\"); __syncthreads();")
         copy = "" if w.endswith("b") else " if (c + WS < nstep) stagew(c + WS, (c / WS + 1) & 1);"
         return ("{ if (h == 0 && c % WS == 0) {" + sync + copy + " }"
-                " const u32 m0 = ((v.x << 7) & 0x03800380u) | 0x3C003C00u, m1 = ((v.y >> 1) & 0x03800380u) | 0x3C003C00u;"
-                " u32 (&A)[4][4] = A2[0];"
-                " widen(A[0], v.x, m0); widen(A[1], v.y, m0); widen(A[2], v.z, m1); widen(A[3], v.w, m1);"
-                " const u64 db = d0 + (u64)(((((c / WS) & 1) * (WS * 4096)) + (c % WS) * 4096 + h * 2048) >> 4);"
-                " wg_fence();"
-                " _Pragma(\"unroll\") for (int q = 0; q < 4; q++) wgmma16(fd, A[q], db + (u64)(2 * q));"
-                " wg_commit(); wg_wait<0>(); }")
+                " wg_chunk<0>(fd, A2[0], v, d0 + (u64)(((((c / WS) & 1) * (WS * 4096)) + (c % WS) * 4096 + h * 2048) >> 4)); }")
     if str(w).startswith("wg"):
         pipe = w.endswith("p")
-        return ("{ const u32 m0 = ((v.x << 7) & 0x03800380u) | 0x3C003C00u, m1 = ((v.y >> 1) & 0x03800380u) | 0x3C003C00u;"
-                f" u32 (&A)[4][4] = A2[{'h' if pipe else '0'}];"
-                " widen(A[0], v.x, m0); widen(A[1], v.y, m0); widen(A[2], v.z, m1); widen(A[3], v.w, m1);"
-                " wg_fence();"
-                " _Pragma(\"unroll\") for (int q = 0; q < 4; q++) wgmma16(fd, A[q], d0 + (u64)(h * (2048 >> 4) + 2 * q));"
-                f" wg_commit(); wg_wait<{1 if pipe else 0}>(); }}")
+        return f"wg_chunk<{1 if pipe else 0}>(fd, A2[{'h' if pipe else '0'}], v, d0 + (u64)(h * (2048 >> 4)));"
     if str(w).startswith("mma"):
-        # Multipliers from the chunk's words (BF16 2^-7 .. 2^7 by halves: two
-        # instructions each, as f4_mults's), then each word widened just
+        # The chunk's multipliers (mults), then each word widened just
         # before its MMAs, as f4s_k_loop does.
-        return ("{ const u32 m0 = ((v.x << 7) & 0x03800380u) | 0x3C003C00u, m1 = ((v.y >> 1) & 0x03800380u) | 0x3C003C00u;"
+        return ("{ u32 m0, m1; mults(v, &m0, &m1);"
                 " const u32 wd[4] = {v.x, v.y, v.z, v.w};"
                 " _Pragma(\"unroll\") for (int q = 0; q < 4; q += 2) {"
                 " u32 a0[4], a1[4]; widen(a0, wd[q], q < 2 ? m0 : m1); widen(a1, wd[q + 1], q < 2 ? m0 : m1);"
@@ -317,6 +298,22 @@ struct __align__(16) U4 { u32 x, y, z, w; };
 __device__ __forceinline__ U4 ldg(const U4* p) {
     U4 v; asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p)); return v; }
 __device__ __forceinline__ u32 saddr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+// mbarriers and bulk copies onto them (the ring feed, the mbarrier-fed
+// token windows).
+__device__ __forceinline__ void mb_init(u32 bar, u32 n) { asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(n) : "memory"); }
+__device__ __forceinline__ void mb_arrive(u32 bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory"); }
+__device__ __forceinline__ void mb_expect(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory"); }
+__device__ __forceinline__ void mb_wait(u32 bar, u32 parity) {
+    u32 ok = 0;
+    while (!ok)
+        asm volatile("{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\nselp.u32 %0, 1, 0, p;\\n}"
+                     : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void bulk(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+}
 // GEMM2's wait: thread 0 spins until GEMM1's CTAs have all counted (the
 // count's acquire orders nothing here: the probe reads no data GEMM1
 // wrote), then the CTA's barrier passes it on. *late is set if the bound
@@ -361,16 +358,10 @@ __device__ __forceinline__ u32 stream(const U4* __restrict__ w, int nchunk, int 
 """
 
 RING = """
+// A 4 KB step copied into slot dst, counted on its mbarrier.
 __device__ __forceinline__ void issue(u32 dst, const void* src, u32 bar) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], 4096;" :: "r"(bar) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], 4096, [%2];"
-                 :: "r"(dst), "l"(src), "r"(bar) : "memory");
-}
-__device__ __forceinline__ void wait_slot(u32 bar, u32 parity) {
-    u32 ok = 0;
-    while (!ok)
-        asm volatile("{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\nselp.u32 %0, 1, 0, p;\\n}"
-                     : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+    mb_expect(bar, 4096);
+    bulk(dst, src, 4096, bar);
 }
 __device__ __forceinline__ u32 stream(const U4* __restrict__ w, int nchunk, int group, const u32* count, u32 target, u32* late) {
     extern __shared__ __align__(128) unsigned char dsm[];
@@ -379,7 +370,7 @@ __device__ __forceinline__ u32 stream(const U4* __restrict__ w, int nchunk, int 
     int tid = threadIdx.x & 127, wg = threadIdx.x / 128, nstep = nchunk / 2;
     const unsigned char* src = (const unsigned char*)(w + (u64)group * nchunk * 128);
     if (tid == 0) {
-        for (int s = 0; s < R; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"(saddr(&full[s][wg])));
+        for (int s = 0; s < R; s++) mb_init(saddr(&full[s][wg]), 1);
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     }
     __syncthreads();
@@ -389,7 +380,7 @@ __device__ __forceinline__ u32 stream(const U4* __restrict__ w, int nchunk, int 
     u32 acc = 0;
     for (int c = 0; c < nstep; c++) {
         int s = c % R;
-        wait_slot(saddr(&full[s][wg]), (c / R) & 1);
+        mb_wait(saddr(&full[s][wg]), (c / R) & 1);
         U4 v0 = *(const U4*)(ring[s][wg] + tid * 16), v1 = *(const U4*)(ring[s][wg] + 2048 + tid * 16);
         { U4 v = v0; WORK }
         { U4 v = v1; WORK }
@@ -405,14 +396,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, CTAS) probe(const U4* w1, 
                                                           u32* count, int dep, u32* late, u32* out) {
     bool first = blockIdx.x < ctas1;
     int cta = first ? blockIdx.x : blockIdx.x - ctas1, group = cta * 2 + threadIdx.x / 128;
-#if THREADS > 256
-    // The producer warp's windows and mbarriers (wg16s), initialized
-    // before the roles part.
+#if MBAR_WINDOWS
+    // The windows' full and empty mbarriers (pwin, pbar), before the roles part.
     if (threadIdx.x == 0) {
         for (int b = 0; b < 3; b++) { mb_init(pbar(b), 1); mb_init(pbar(3 + b), 2); }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
+#endif
+#if THREADS > 256
     if (threadIdx.x >= 256) {
         if (threadIdx.x == 256)
             produce(first ? w1 : w2, first ? nchunk1 : nchunk2, first || !dep ? nullptr : count, (u32)ctas1);
@@ -432,34 +424,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, CTAS) probe(const U4* w1, 
 
 
 PRODUCER = r"""
-// The producer warp's shared memory: three 8 KB windows from the first
-// 1024-byte boundary of the dynamic shared memory, then their full (0..2)
-// and empty (3..5) mbarriers.
-__device__ __forceinline__ unsigned char* pwin() {
-    extern __shared__ __align__(128) unsigned char dsm[];
-    return dsm + ((1024u - (saddr(dsm) & 1023u)) & 1023u);
-}
-__device__ __forceinline__ u32 pbar(int i) { return saddr(pwin() + 3 * 8192 + 8 * i); }
-// Fill every 2-step window of the role's token rows (the first bytes of
-// its weights), each once both warpgroups released the buffer; GEMM2's
-// producer first waits for GEMM1, as its tokens would.
+// The producer warp's thread: every 2-step window of the role's token
+// rows (the first bytes of its weights), PRODUCER_CHUNKS of its four 2 KB
+// chunks each (fill_window); GEMM2's producer first waits for GEMM1, as
+// its tokens would.
 __device__ __forceinline__ void produce(const U4* w, int nchunk, const u32* count, u32 target) {
-    constexpr int NQ = PRODUCER_CHUNKS; // 2 KB chunks copied a window (4: all of it)
-    const unsigned char* tokb = (const unsigned char*)w;
-    const int nstep = nchunk / 2, nwin = (nstep + 1) / 2, kdim = nchunk * 64;
+    const int nwin = (nchunk / 2 + 1) / 2;
     if (count) {
         u32 v = 0, n = 0;
         do { asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(count) : "memory"); } while (v < target && ++n < SPIN_LIMIT);
     }
-    for (int wn = 0; wn < nwin; wn++) {
-        const int b = wn % 3;
-        if (wn >= 3) mb_wait(pbar(3 + b), ((wn / 3) - 1) & 1);
-        mb_expect(pbar(b), NQ * 2048);
-        for (int q = 0; q < NQ; q++) {
-            int k = (256 * wn + 64 * q) % kdim;
-            bulk(saddr(pwin() + b * 8192 + q * 2048), tokb + 32 * (u64)k, 2048, pbar(b));
-        }
-    }
+    for (int wn = 0; wn < nwin; wn++) fill_window((const unsigned char*)w, nchunk * 64, wn, PRODUCER_CHUNKS);
 }
 """
 
@@ -475,7 +450,7 @@ def source(feed, steps, ctas, work):
     sync = "asm volatile(\"bar.sync 1, 256;\" ::: \"memory\")" if threads(work) > 256 else "__syncthreads()"
     defs = (f"#define AH {steps}\n#define R {steps}\n#define CTAS {ctas}\n#define SPIN_LIMIT {SPIN_LIMIT}u\n"
             f"#define THREADS {threads(work)}\n#define CONSUMER_SYNC() {sync}\n"
-            f"#define PRODUCER_CHUNKS {1 if work == 'wg16sq' else 4}\n")
+            f"#define PRODUCER_CHUNKS {1 if work == 'wg16sq' else 4}\n#define MBAR_WINDOWS {int(work in MBAR_WORKS)}\n")
     return defs + COMMON + (MMA_FUNCS if mma else "") + (PRODUCER if threads(work) > 256 else "") + body + KERNEL
 
 
@@ -486,7 +461,7 @@ def smem_need(feed, steps, work):
         return steps * 2 * 4096
     if w.startswith("mma"):
         return int(w[3:]) * TROW
-    if w in ("wg16m", "wg16s", "wg16sq"):
+    if w in MBAR_WORKS:
         return 3 * 8192 + 1024 + 64
     if w.startswith("wg16w"):
         return 2 * int(w[5:].rstrip("bc") or 2) * 4096 + 1024
