@@ -29,10 +29,19 @@ import (
 // on the flashinfer chain as FlashInfer's (TensorRT-LLM's) activation
 // kernel does, in float32 after the GEMM1 result is rounded to bf16:
 // float32(bf16(GEMM1)) + float32(b1). An FC2 bias is added to each expert
-// output before the routing weight multiplies it, y = GEMM2 + b2 in
-// float64 on every chain; FlashInfer's finalize adds it in float32, the
-// same expression (row_scale * (expert_result + bias)), which the float64
-// value differs from by float32 rounding only.
+// output before the routing weight multiplies it: y = GEMM2 + b2 in
+// float64 on the exact and mxfp8 chains; on the flashinfer chain in the
+// finalize, in float32, as below.
+//
+// The top-k sum. On the exact and mxfp8 chains out[t] = sum over slots in
+// slot order of w_k * y_k in float64. On the flashinfer chain it rounds
+// where FlashInfer's (TensorRT-LLM's) finalizeMoeRoutingKernel rounds:
+// GEMM2's row for (t, k) is stored as bf16 from its float32 accumulator,
+// r_k = bf16(float32(y_k)), and out[t] is the float32 sum in slot order,
+// from 0, of float32(w_k) * (float32(r_k) + b2), each operation rounded to
+// float32 (no fused multiply-add). float32(y_k) rounds the exact GEMM2
+// value once; a float32 accumulator in another order may round
+// differently, which moves r_k by at most one bf16 step, and rarely.
 // Results do not depend on the number of goroutines.
 type Oracle struct {
 	spec      LayerSpec
@@ -244,6 +253,10 @@ func (o *Oracle) Forward(out []float64, in *Input, rows []int) error {
 	})
 
 	// Sum slots in slot order.
+	if o.spec.Chain == ChainFlashInfer {
+		o.finalizeFlashInfer(out, in, rows, y)
+		return nil
+	}
 	for i, t := range rows {
 		dst := out[i*w.K : (i+1)*w.K]
 		clear(dst)
@@ -258,6 +271,40 @@ func (o *Oracle) Forward(out []float64, in *Input, rows []int) error {
 		}
 	}
 	return nil
+}
+
+// finalizeFlashInfer is FlashInfer's (TensorRT-LLM's) unfused finalize:
+// GEMM2 writes each (token, slot) row as bf16 from its float32
+// accumulator, and the finalize sums, in float32 and in slot order from 0,
+// float32(w) * (float32(row) + b2). y holds the exact GEMM2 results
+// without the bias. Every float32() conversion rounds, so nothing fuses.
+func (o *Oracle) finalizeFlashInfer(out []float64, in *Input, rows []int, y [][][]float64) {
+	w := o.w
+	acc := make([]float32, w.K)
+	for i, t := range rows {
+		clear(acc)
+		for k := range in.TopK {
+			if y[i][k] == nil {
+				continue
+			}
+			var b2 []float32
+			if w.W2Bias != nil {
+				e, _ := o.spec.EP.Local(int64(in.TopKIDs[t*in.TopK+k]), w.E)
+				b2 = w.W2Bias[e*w.K : (e+1)*w.K]
+			}
+			wt := in.TopKWeights[t*in.TopK+k]
+			for j, v := range y[i][k] {
+				r := mxfp.RoundBF16(float32(v))
+				if b2 != nil {
+					r = float32(r + b2[j])
+				}
+				acc[j] = float32(acc[j] + float32(wt*r))
+			}
+		}
+		for j, v := range acc {
+			out[i*w.K+j] = float64(v)
+		}
+	}
 }
 
 // expertForward runs GEMM1, the activation and GEMM2 of expert e for pairs,
@@ -322,7 +369,7 @@ func (o *Oracle) expertForward(e int, pairs []pair, xs []qrow, y [][][]float64) 
 			} else {
 				out[row] = dotRowFloat(wr, sr, a)
 			}
-			if b2 != nil {
+			if b2 != nil && o.spec.Chain != ChainFlashInfer { // flashinfer: in the finalize
 				out[row] += float64(b2[row])
 			}
 		}

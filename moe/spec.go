@@ -16,10 +16,12 @@ var ErrInput = errors.New("moe: bad input")
 
 // Chain names a precision chain: what happens between the two GEMMs.
 //
-//	chain       GEMM1 result      activation             intermediate
-//	exact       exact             float64                float64, not requantized
-//	mxfp8       exact             float64                MXFP8 (the layer's recipe)
-//	flashinfer  rounded to bf16   float32, rounded bf16  MXFP8 rceil
+//	chain       GEMM1 result      activation             intermediate                GEMM2 rows, top-k sum
+//	exact       exact             float64                float64, not requantized    exact, float64
+//	mxfp8       exact             float64                MXFP8 (the layer's recipe)  exact, float64
+//	flashinfer  rounded to bf16   float32, rounded bf16  MXFP8 rceil                 bf16 rows, float32 sum
+//
+// docs/CONTRACT.md says which kernels round where each chain rounds.
 type Chain uint8
 
 const (

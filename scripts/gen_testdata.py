@@ -306,11 +306,76 @@ def oracle(out):
                 chain="exact", recipe="floor")
 
 
+def bf16_of_f64(v):
+    """Round float64 to the nearest bf16 (ties to even) once, exactly: 8
+    significant bits by frexp and rint, no detour through float32."""
+    m, e = np.frexp(v)
+    return np.ldexp(np.rint(m * 256.0), e - 8)
+
+
+def f32_situ(g, u, beta, lbeta):
+    """SiTU with every operation rounded to float32, left to right; tanh
+    and exp are numpy's float64 functions rounded once to float32."""
+    f = np.float32
+    b, lb = f(beta), f(lbeta)
+    tanh32 = lambda z: np.tanh(z.astype(np.float64)).astype(f)
+    sig32 = lambda z: (f(1) / (f(1) + np.exp((-z).astype(np.float64)).astype(f))).astype(f)
+    left = ((b * tanh32((g / b).astype(f))).astype(f) * sig32(g)).astype(f)
+    right = (lb * tanh32((u / lb).astype(f))).astype(f)
+    return (left * right).astype(f)
+
+
+def flashinfer_case(out, tag, rng, M, K, N, E_local, topk, ep_size=1, ep_rank=0, mask_slot=False):
+    """The flashinfer chain (FlashInfer's / TensorRT-LLM's CUTLASS MoE): GEMM1
+    exact then bf16, + b1 in float32, SiTU in float32 then bf16, MXFP8 rceil,
+    GEMM2 exact then float32 then bf16 (the stored row), and the finalize's
+    float32 sum in slot order of float32(w) * (row + b2)."""
+    f = np.float32
+    rows, E_glob = 2 * N, E_local * ep_size
+    x = rng.normal(0, 1, size=(M, K)).astype(f)
+    xq, xs = mx_quant_e4m3(x.astype(np.float64), "rceil")
+    w31 = rng.integers(0, 256, size=(E_local, rows, K // 2), dtype=np.uint8)
+    w31s = rng.integers(121, 126, size=(E_local, rows, K // 32), dtype=np.uint8)
+    w2 = rng.integers(0, 256, size=(E_local, K, N // 2), dtype=np.uint8)
+    w2s = rng.integers(119, 124, size=(E_local, K, N // 32), dtype=np.uint8)
+    b1 = rng.normal(0, 0.5, size=(E_local, rows)).astype(f)
+    b2 = rng.normal(0, 0.5, size=(E_local, K)).astype(f)
+    ids = np.stack([rng.choice(E_glob, size=topk, replace=False) for _ in range(M)]).astype(np.int32)
+    if mask_slot:
+        ids[0, topk - 1] = -1
+    wts = rng.uniform(0.05, 1.0, size=(M, topk)).astype(f)
+    W31, W2, X = dq_e2m1_packed(w31, w31s), dq_e2m1_packed(w2, w2s), dq_e4m3(xq, xs)
+    ref = np.zeros((M, K), f)
+    for t in range(M):
+        for k in range(topk):
+            e = int(ids[t, k]) - ep_rank * E_local
+            if ids[t, k] < 0 or e < 0 or e >= E_local:
+                continue
+            h = (bf16_of_f64(W31[e] @ X[t]).astype(f) + b1[e]).astype(f)
+            a = f32_situ(h[N:], h[:N], 4.0, 25.0).astype(ml_dtypes.bfloat16).astype(f)
+            aq, as_ = mx_quant_e4m3(a.astype(np.float64), "rceil")
+            y = (W2[e] @ dq_e4m3(aq, as_)).astype(f)
+            r = (y.astype(ml_dtypes.bfloat16).astype(f) + b2[e]).astype(f)
+            ref[t] = (ref[t] + (wts[t, k] * r).astype(f)).astype(f)
+    tensors = {"x": x, "topk_ids": ids, "topk_weights": wts, "w31": w31, "w31_scale": w31s,
+               "w2": w2, "w2_scale": w2s, "w31_bias": b1, "w2_bias": b2, "out_ref_f32": ref}
+    meta = {"activation": "situ", "recipe": "rceil", "chain": "flashinfer", "ep_size": ep_size,
+            "ep_rank": ep_rank, "situ_beta": 4.0, "situ_linear_beta": 25.0,
+            "made_by": "scripts/gen_testdata.py flashinfer (numpy float32 emulation, ml_dtypes bf16)"}
+    write_safetensors(f"{out}/flashinfer_{tag}.safetensors", tensors, meta)
+
+
+def flashinfer(out):
+    rng = np.random.default_rng(4597)
+    flashinfer_case(out, "situ_bias", rng, M=8, K=256, N=64, E_local=4, topk=3, mask_slot=True)
+    flashinfer_case(out, "situ_ep2", rng, M=6, K=128, N=96, E_local=3, topk=4, ep_size=2, ep_rank=1)
+
+
 if __name__ == "__main__":
-    # usage: gen_testdata.py OUTDIR [formats|activations|oracle ...]
+    # usage: gen_testdata.py OUTDIR [formats|activations|oracle|flashinfer ...]
     out = sys.argv[1]
-    parts = sys.argv[2:] or ["formats", "activations", "oracle"]
-    if "formats" in parts or "oracle" in parts:
+    parts = sys.argv[2:] or ["formats", "activations", "oracle", "flashinfer"]
+    if "formats" in parts or "oracle" in parts or "flashinfer" in parts:
         need_ml_torch()
     for part in parts:
-        {"formats": formats, "activations": activations, "oracle": oracle}[part](out)
+        {"formats": formats, "activations": activations, "oracle": oracle, "flashinfer": flashinfer}[part](out)

@@ -167,12 +167,14 @@ type gemm2Args struct {
 }
 
 type finalizeArgs struct {
-	Y    devptr `c:"const float*"`
-	Pos  devptr `c:"const int*"`
-	Wts  devptr `c:"const float*"`
-	Out  devptr `c:"float*"`
-	TopK int32
-	K    int32
+	Y       devptr `c:"const float*"`
+	Pos     devptr `c:"const int*"`
+	Wts     devptr `c:"const float*"`
+	Out     devptr `c:"float*"`
+	TopK    int32
+	K       int32
+	ChainFI int32 // 1: the flashinfer chain's bf16 rows and float32 sum
+	Pad     int32 `cname:"unused"`
 }
 
 // Input forms of the decode prologue.

@@ -1117,7 +1117,7 @@ func (l *Layer) decodeSteps(ws *workspace) []step {
 		}},
 		{"finalize", func() error {
 			return k.finalize.launch([3]int{m, (w.K + abiFinalizeCols - 1) / abiFinalizeCols, 1}, s,
-				&finalizeArgs{Y: ws.y, Pos: ws.pos, Wts: ws.wts, Out: ws.out, TopK: i32(topk), K: i32(w.K)})
+				&finalizeArgs{Y: ws.y, Pos: ws.pos, Wts: ws.wts, Out: ws.out, TopK: i32(topk), K: i32(w.K), ChainFI: chainFI(l.spec.Chain)})
 		}},
 	}
 }
@@ -1239,7 +1239,7 @@ func (l *Layer) groupedSteps(ws *workspace) []step {
 	}
 	finalize := step{"finalize", func() error {
 		return launchFin([3]int{m, (w.K + abiFinalizeCols - 1) / abiFinalizeCols, 1}, abiThreads, 0, s,
-			&finalizeArgs{Y: ws.y, Pos: ws.pos, Wts: ws.wts, Out: ws.out, TopK: i32(topk), K: i32(w.K)})
+			&finalizeArgs{Y: ws.y, Pos: ws.pos, Wts: ws.wts, Out: ws.out, TopK: i32(topk), K: i32(w.K), ChainFI: chainFI(l.spec.Chain)})
 	}}
 	prologue := []step{
 		{"memset", func() error {
@@ -1570,4 +1570,12 @@ func (l *Layer) Close() error {
 		delete(l.b.layers, l)
 		return l.free()
 	})
+}
+
+// chainFI is finalizeArgs.ChainFI for chain c.
+func chainFI(c moe.Chain) int32 {
+	if c == moe.ChainFlashInfer {
+		return 1
+	}
+	return 0
 }

@@ -2507,7 +2507,9 @@ extern "C" __global__ void __launch_bounds__(KMOE_DECODE_THREADS) kmoe_decode_ge
 // has its positions, weights and y loads issued before any is summed, so a
 // token's rows are read in one round trip, not one after another (the
 // forward's last link at small M); the sum stays in slot order, each term
-// rounded as w * y then added, as before.
+// rounded as w * y then added, as before. On the flashinfer chain each y
+// is first rounded to bf16 and every product and sum rounded to float32
+// (the oracle's finalizeFlashInfer).
 #define FIN_SLOTS 8
 static_assert(KMOE_FINALIZE_COLS == 4 * KMOE_THREADS, "four columns a thread");
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_finalize(const FinalizeArgs a) {
@@ -2529,6 +2531,17 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_finalize(const F
         for (int j = 0; j < FIN_SLOTS; j++) {
             w[j] = p[j] >= 0 ? wts[k0 + j] : 0.0f;
             v[j] = p[j] >= 0 ? *(const float4*)&y[(u64)p[j] * K + f] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+        if (a.chain_fi) { // y rounded to bf16 as FlashInfer's GEMM2 stores it; no fused multiply-add
+#pragma unroll
+            for (int j = 0; j < FIN_SLOTS; j++)
+                if (p[j] >= 0) {
+                    acc.x = __fadd_rn(acc.x, __fmul_rn(w[j], round_bf16(v[j].x)));
+                    acc.y = __fadd_rn(acc.y, __fmul_rn(w[j], round_bf16(v[j].y)));
+                    acc.z = __fadd_rn(acc.z, __fmul_rn(w[j], round_bf16(v[j].z)));
+                    acc.w = __fadd_rn(acc.w, __fmul_rn(w[j], round_bf16(v[j].w)));
+                }
+            continue;
         }
 #pragma unroll
         for (int j = 0; j < FIN_SLOTS; j++)
