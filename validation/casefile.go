@@ -3,10 +3,12 @@ package validation
 import (
 	"errors"
 	"fmt"
-	"kimimoe/moe"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
+
+	"kimimoe/moe"
 
 	"kimimoe/activation"
 	"kimimoe/mxfp"
@@ -203,6 +205,9 @@ func caseFromFile(f *safetensors.File) (*Case, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := routingAgrees(f, in, nil); err != nil {
+		return nil, err
+	}
 	c.Input = *in
 	if err := c.Input.Validate(k, numGlobal); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCaseFile, err)
@@ -222,9 +227,11 @@ func caseFromFile(f *safetensors.File) (*Case, error) {
 // "topk_ids" [M, topk] (I32 or I64) with "topk_weights" [M, topk] F32, or,
 // when those are absent and route is not nil, "router_logits" [M, E_global]
 // (F32, BF16 or F16) with an optional "correction_bias" [E_global], given
-// to route. It checks shapes and dtypes (errors wrap ErrCaseFile and name
-// the tensor); Input.Validate checks the values.
-func ReadInput(f *safetensors.File, k int, route func(logits, bias []float32, m int) (ids []int32, weights []float32, topk int, err error)) (*moe.Input, error) {
+// to route. When both topk_ids and router_logits are given (and route is
+// not nil), the logits are routed too and must pick the same experts. It
+// checks shapes and dtypes (errors wrap ErrCaseFile and name the tensor);
+// Input.Validate checks the values.
+func ReadInput(f *safetensors.File, k int, route Router) (*moe.Input, error) {
 	in := &moe.Input{}
 	var m int
 	switch ids, logits := f.Get("topk_ids"), f.Get("router_logits"); {
@@ -251,6 +258,11 @@ func ReadInput(f *safetensors.File, k int, route func(logits, bias []float32, m 
 			return nil, err
 		}
 		in.TopKWeights, _ = wts.Float32s()
+		if logits != nil && route != nil {
+			if err := routingAgrees(f, in, route); err != nil {
+				return nil, err
+			}
+		}
 	case logits != nil && route != nil:
 		lt, err := need(f, "router_logits", 2, safetensors.F32, safetensors.BF16, safetensors.F16)
 		if err != nil {
@@ -309,6 +321,67 @@ func ReadInput(f *safetensors.File, k int, route func(logits, bias []float32, m 
 		return nil, bad("missing tensor \"x\" (or \"x_q\" and \"x_scale\")")
 	}
 	return in, nil
+}
+
+// Router is what ReadInput routes router_logits with: ids and weights
+// [m, topk] from logits [m, E] and an optional correction bias [E].
+type Router func(logits, bias []float32, m int) (ids []int32, weights []float32, topk int, err error)
+
+// routingAgrees checks, when f holds router_logits beside topk_ids, that
+// routing the logits picks the same set of experts for every token: a
+// disagreement is an error naming the first token (dumps that hold both
+// would otherwise be checked against whichever the reader preferred).
+// route nil picks, as for a case file, the top-k of sigmoid(logit) + the
+// correction bias: without a bias that is the top-k of the logits, which a
+// softmax router picks too.
+func routingAgrees(f *safetensors.File, in *moe.Input, route Router) error {
+	lt := f.Get("router_logits")
+	if lt == nil || in.TopKIDs == nil {
+		return nil
+	}
+	if len(lt.Shape) != 2 || lt.Shape[0] != in.M {
+		return bad("tensor \"router_logits\" has shape %v; topk_ids has %d tokens", lt.Shape, in.M)
+	}
+	lv, err := lt.AsFloat32()
+	if err != nil {
+		return bad("%v", err)
+	}
+	var bias []float32
+	if b := f.Get("correction_bias"); b != nil {
+		if bias, err = b.AsFloat32(); err != nil || len(bias) != lt.Shape[1] {
+			return bad("tensor \"correction_bias\" has shape %v; router_logits %v has %d experts", b.Shape, lt.Shape, lt.Shape[1])
+		}
+	}
+	var ids []int32
+	var topk int
+	if route != nil {
+		if ids, _, topk, err = route(lv, bias, in.M); err != nil {
+			return bad("routing \"router_logits\": %v", err)
+		}
+	} else { // a case file: the top-k of sigmoid(logit) + bias at the case's own top-k
+		r := moe.Router{NumExperts: lt.Shape[1], TopK: in.TopK, Scoring: moe.ScoringSigmoid, CorrectionBias: bias}
+		topk = in.TopK
+		ids = make([]int32, in.M*topk)
+		if err := r.Route(ids, make([]float32, len(ids)), lv); err != nil {
+			return bad("routing \"router_logits\": %v", err)
+		}
+	}
+	if topk != in.TopK {
+		return bad("topk_ids has top-%d, routing \"router_logits\" picks top-%d", in.TopK, topk)
+	}
+	for t := range in.M {
+		a := slices.Clone(in.TopKIDs[t*topk : (t+1)*topk])
+		b := slices.Clone(ids[t*topk : (t+1)*topk])
+		if slices.Contains(a, -1) { // masked slots: compare the unmasked ids only
+			continue
+		}
+		slices.Sort(a)
+		slices.Sort(b)
+		if !slices.Equal(a, b) {
+			return bad("topk_ids and router_logits disagree from token %d on: topk_ids picks %v, routing the logits picks %v", t, in.TopKIDs[t*topk:(t+1)*topk], ids[t*topk:(t+1)*topk])
+		}
+	}
+	return nil
 }
 
 // paramKeys maps metadata keys to Params fields.

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -218,7 +219,7 @@ func TestZeroCaseSpec(t *testing.T) {
 // The interop golden cases, made on the GPU machine by
 // scripts/interop_e2e.py (docs/INTEROP.md): a GPT-OSS-layout layer with
 // biases read from a checkpoint by `kimimoe case`, and a serving stack's
-// [gate; up] FC1 with swizzled scales written by scripts/kimimoe_case.py,
+// [gate; up] FC1 with swizzled scales written by the python/ helper (kimimoe.dump_case),
 // each with the output of an independent float64 torch computation
 // ("out_ref_f64", the weights dequantized by transformers' MXFP4 code for
 // GPT-OSS). The oracle (exact chain) must agree to 1e-12 of the output's
@@ -244,5 +245,43 @@ func TestInteropGolden(t *testing.T) {
 		if rms == 0 || worst > 1e-12*rms {
 			t.Errorf("%s: oracle differs from the torch float64 reference by %.3g (RMS %.3g)", name, worst, rms)
 		}
+	}
+}
+
+// A case holding router_logits beside topk_ids that pick other experts is
+// an input error naming the first token that disagrees; when they agree the
+// case reads (before, topk_ids won silently).
+func TestCaseRoutingMustAgree(t *testing.T) {
+	s := CaseSpec{Name: "r", M: 3, K: 64, N: 32, ELocal: 4, TopK: 2, Activation: activation.Situ, Chain: moe.ChainMXFP8, Recipe: mxfp.RecipeRCeil, Seed: 1, WeightSeed: 2}
+	c, err := GenerateCase(&s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logits := make([]float32, 3*4)
+	for tok := range 3 { // make each token's own topk_ids the two largest logits
+		for _, id := range c.Input.TopKIDs[tok*2 : tok*2+2] {
+			logits[tok*4+int(id)] = 5
+		}
+	}
+	path := filepath.Join(t.TempDir(), "c.safetensors")
+	lt := safetensors.FromFloat32("router_logits", []int{3, 4}, logits)
+	if err := WriteCase(path, c, lt); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadCase(path); err != nil {
+		t.Fatalf("agreeing router_logits refused: %v", err)
+	}
+	other := int32(0)
+	for slices.Contains(c.Input.TopKIDs[2:4], other) {
+		other++
+	}
+	logits[1*4+int(c.Input.TopKIDs[2])] = -5
+	logits[1*4+int(other)] = 9
+	if err := WriteCase(path, c, safetensors.FromFloat32("router_logits", []int{3, 4}, logits)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ReadCase(path)
+	if !errors.Is(err, ErrCaseFile) || !strings.Contains(err.Error(), "disagree from token 1") {
+		t.Fatalf("disagreeing router_logits: %v", err)
 	}
 }
