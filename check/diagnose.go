@@ -1,0 +1,527 @@
+package check
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"kimimoe/activation"
+	"kimimoe/moe"
+	"kimimoe/mxfp"
+	"kimimoe/validation"
+)
+
+// DefaultDiagnoseRows bounds the rows each hypothesis re-runs: a case with
+// more tokens is diagnosed on this many seeded sample rows.
+const DefaultDiagnoseRows = 64
+
+// Hypothesis is one known mistake's result against the candidate.
+type Hypothesis struct {
+	Name    string `json:"hypothesis"`
+	What    string `json:"what"`
+	NRMSE   Num    `json:"nrmse"`
+	Cosine  Num    `json:"cosine"`
+	Matches bool   `json:"matches"`
+	Skipped string `json:"skipped,omitempty"`
+}
+
+// variant is one way a mistake can be made: the case as the kernel
+// computed it.
+type variant struct {
+	what string
+	c    *validation.Case
+}
+
+// hypothesis builds the variants of a mistake for a case, or says why it
+// does not apply.
+type hypothesis struct {
+	name, doc string
+	build     func(c *validation.Case) ([]variant, string)
+}
+
+// Hypotheses lists the mistakes Diagnose tries, in the order ties are
+// broken, with the class of bug each stands for.
+func Hypotheses() []struct{ Name, Doc string } {
+	var out []struct{ Name, Doc string }
+	for _, h := range hypotheses {
+		out = append(out, struct{ Name, Doc string }{h.name, h.doc})
+	}
+	return out
+}
+
+var hypotheses = []hypothesis{
+	{"gate_up_swapped", "FC1's two halves in the other order: [gate; up] given where [up; gate] is expected (vLLM's tests swap [w1; w3] for FlashInfer)", gateUpSwapped},
+	{"gate_up_interleaved", "FC1's rows interleaved [g0, u0, g1, u1, ...] (triton_kernels' and GPT-OSS's layout) taken as halves, or halves taken as interleaved", gateUpInterleaved},
+	{"recipe_floor", "x (and the mxfp8 chain's intermediate) quantized with the floor recipe (OCP MX v1.0) instead of rceil", recipe(mxfp.RecipeFloor)},
+	{"recipe_rceil", "x (and the mxfp8 chain's intermediate) quantized with the rceil recipe instead of floor", recipe(mxfp.RecipeRCeil)},
+	{"chain_exact", "the exact chain: no requantization of the intermediate", chain(moe.ChainExact)},
+	{"chain_mxfp8", "the mxfp8 chain: float64 intermediate requantized to MXFP8 with the layer's recipe", chain(moe.ChainMXFP8)},
+	{"chain_flashinfer", "the flashinfer chain: bf16 GEMM1 result and activation, MXFP8 rceil, bf16 GEMM2 rows summed in float32", chain(moe.ChainFlashInfer)},
+	{"activation_params", "the activation's parameters wrong: swapped, left at another model's defaults, or a clamp missing", activationParams},
+	{"activation_kind", "another activation run in its place (FlashInfer #4597: the SM90 path ran the wrong activation for SiTU)", activationKind},
+	{"routing_weights_unnormalized", "top-k weights not renormalized to sum 1, or renormalized when they should not be", routingUnnormalized},
+	{"correction_bias_in_weights", "routing weights taken from the biased scores (sigmoid + correction bias) instead of the unbiased ones", correctionBiasInWeights},
+	{"fc1_bias_missing", "the FC1 bias (w31_bias) not added", fc1BiasMissing},
+	{"fc2_bias_missing", "the FC2 bias (w2_bias) not added", fc2BiasMissing},
+	{"scales_swizzled", "weight scales in FlashInfer's 128x4 swizzled layout read as linear, or linear scales read as swizzled (FlashInfer #3841)", scalesSwizzled},
+	{"ep_global_ids", "expert-parallel filtering on local ids where global ids were given, or on global ids where local ids were given", epGlobalIDs},
+}
+
+// Diagnose re-runs the oracle under each hypothesis on at most
+// opts.MaxRows rows of the case (seeded samples; the report lists them) and
+// fills r.Diagnosis, sorted by NRMSE against the candidate, skipped
+// hypotheses last.
+func Diagnose(c *validation.Case, r *Report) {
+	m, k := c.Input.M, c.Weights.K
+	rows := validation.SampleRows(m, r.opts.MaxRows, 1)
+	if len(rows) < m {
+		r.DiagnosisNote = fmt.Sprintf("diagnosed on %d of %d rows (seeded sample; --diagnose-rows raises it)", len(rows), m)
+		r.DiagnosisRows = rows
+	}
+	got := make([]float64, 0, len(rows)*k)
+	for _, t := range rows {
+		got = append(got, r.got[t*k:(t+1)*k]...)
+	}
+	r.Diagnosis = nil
+	for _, h := range hypotheses {
+		res := Hypothesis{Name: h.name, What: h.doc, NRMSE: Num(math.NaN()), Cosine: Num(math.NaN())}
+		vs, skip := h.build(c)
+		if skip != "" {
+			res.Skipped = skip
+			r.Diagnosis = append(r.Diagnosis, res)
+			continue
+		}
+		best, have := math.Inf(1), false
+		var errs []string
+		for _, v := range vs {
+			ref, err := v.c.OracleForward(rows)
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("%s: %v", v.what, err))
+				continue
+			}
+			RoundRef(ref, r.dt)
+			met := validation.Compare(got, ref)
+			score := met.NRMSE
+			if met.NonFiniteMismatch > 0 || math.IsNaN(score) {
+				score = math.Inf(1)
+			}
+			if !have || score < best {
+				best, have = score, true
+				res.NRMSE, res.Cosine, res.What = Num(met.NRMSE), Num(met.Cosine), v.what
+				res.Matches = met.Cosine >= r.MinCosine && met.NRMSE <= r.MaxNRMSE && met.NonFiniteMismatch == 0
+			}
+		}
+		if len(errs) == len(vs) {
+			res.Skipped = fmt.Sprintf("could not be applied: %s", errs[0])
+		}
+		r.Diagnosis = append(r.Diagnosis, res)
+	}
+	slices.SortStableFunc(r.Diagnosis, func(a, b Hypothesis) int {
+		ka, kb := rank(a), rank(b)
+		switch {
+		case ka < kb:
+			return -1
+		case ka > kb:
+			return 1
+		}
+		return 0
+	})
+}
+
+// rank orders hypotheses: computed ones by NRMSE (NaN after every number),
+// skipped ones last.
+func rank(h Hypothesis) float64 {
+	switch {
+	case h.Skipped != "":
+		return math.MaxFloat64
+	case math.IsNaN(float64(h.NRMSE)):
+		return math.MaxFloat64 / 2
+	}
+	return float64(h.NRMSE)
+}
+
+// Best returns the first matching hypothesis, or nil.
+func (r *Report) Best() *Hypothesis {
+	for i := range r.Diagnosis {
+		if r.Diagnosis[i].Matches {
+			return &r.Diagnosis[i]
+		}
+	}
+	return nil
+}
+
+// clone copies c's headers: the weights, spec and input structs are new,
+// their slices shared until a hypothesis replaces one.
+func clone(c *validation.Case) *validation.Case {
+	d := *c
+	w := *c.Weights
+	d.Weights = &w
+	d.Spec.Params = slices.Clone(c.Spec.Params)
+	return &d
+}
+
+// permuteFC1 returns c with FC1's rows of every expert permuted: new row i
+// is old row from(i) (codes, scales and bias).
+func permuteFC1(c *validation.Case, from func(i int) int) *validation.Case {
+	d := clone(c)
+	w := d.Weights
+	r, k := w.Rows(), w.K
+	perm := func(src []uint8, width int) []uint8 {
+		dst := make([]uint8, len(src))
+		for e := range w.E {
+			for i := range r {
+				copy(dst[(e*r+i)*width:(e*r+i+1)*width], src[(e*r+from(i))*width:])
+			}
+		}
+		return dst
+	}
+	w.W31, w.W31Scale = perm(w.W31, k/2), perm(w.W31Scale, k/32)
+	if b := w.W31Bias; b != nil {
+		w.W31Bias = make([]float32, len(b))
+		for e := range w.E {
+			for i := range r {
+				w.W31Bias[e*r+i] = b[e*r+from(i)]
+			}
+		}
+	}
+	return d
+}
+
+func gateUpSwapped(c *validation.Case) ([]variant, string) {
+	if !c.Weights.Gated {
+		return nil, fmt.Sprintf("activation %v is not gated", c.Spec.Activation)
+	}
+	n := c.Weights.N
+	return []variant{{"FC1 halves swapped: [gate; up] given where [up; gate] is expected",
+		permuteFC1(c, func(i int) int { return (i + n) % (2 * n) })}}, ""
+}
+
+func gateUpInterleaved(c *validation.Case) ([]variant, string) {
+	if !c.Weights.Gated {
+		return nil, fmt.Sprintf("activation %v is not gated", c.Spec.Activation)
+	}
+	n := c.Weights.N
+	asInterleaved := func(i int) int { // the kernel read the halves as [g0, u0, g1, u1, ...]
+		if i < n {
+			return 2*i + 1
+		}
+		return 2 * (i - n)
+	}
+	asHalves := func(j int) int { // the kernel read interleaved rows as [up; gate]
+		if j%2 == 0 {
+			return n + j/2
+		}
+		return j / 2
+	}
+	return []variant{
+		{"FC1 rows [up; gate] read as interleaved [g0, u0, g1, u1, ...]", permuteFC1(c, asInterleaved)},
+		{"FC1 rows interleaved [g0, u0, ...] read as halves [up; gate]", permuteFC1(c, asHalves)},
+	}, ""
+}
+
+func recipe(r mxfp.Recipe) func(c *validation.Case) ([]variant, string) {
+	return func(c *validation.Case) ([]variant, string) {
+		if c.Spec.Recipe == r {
+			return nil, fmt.Sprintf("the case's recipe is %v", r)
+		}
+		if c.Input.XQ != nil && c.Spec.Chain != moe.ChainMXFP8 {
+			return nil, fmt.Sprintf("x is given quantized and the %v chain's intermediate does not use the recipe", c.Spec.Chain)
+		}
+		d := clone(c)
+		d.Spec.Recipe = r
+		return []variant{{fmt.Sprintf("MXFP8 quantization with the %v recipe instead of %v", r, c.Spec.Recipe), d}}, ""
+	}
+}
+
+func chain(ch moe.Chain) func(c *validation.Case) ([]variant, string) {
+	return func(c *validation.Case) ([]variant, string) {
+		if c.Spec.Chain == ch {
+			return nil, fmt.Sprintf("the case's chain is %v", ch)
+		}
+		d := clone(c)
+		d.Spec.Chain = ch
+		return []variant{{fmt.Sprintf("the %v chain instead of %v", ch, c.Spec.Chain), d}}, ""
+	}
+}
+
+// noClamp stands for a missing clamp: finite (Params.Validate wants it) and
+// above any activation input.
+const noClamp = 1e30
+
+func activationParams(c *validation.Case) ([]variant, string) {
+	def := activation.DefaultParams()
+	type edit struct {
+		what string
+		f    func(p *activation.Params)
+	}
+	var edits []edit
+	switch c.Spec.Activation {
+	case activation.Situ:
+		edits = []edit{{"SiTU's betas swapped (situ_beta and situ_linear_beta exchanged)", func(p *activation.Params) {
+			p.SituBeta, p.SituLinearBeta = p.SituLinearBeta, p.SituBeta
+		}}}
+		if c.Spec.Params[0].SituBeta != def.SituBeta || c.Spec.Params[0].SituLinearBeta != def.SituLinearBeta {
+			edits = append(edits, edit{"SiTU's Kimi-K3 defaults (4, 25) instead of the case's", func(p *activation.Params) {
+				p.SituBeta, p.SituLinearBeta = def.SituBeta, def.SituLinearBeta
+			}})
+		}
+	case activation.SwigluBias:
+		edits = []edit{
+			{"swiglu_oai without its clamp (swiglu_limit ignored)", func(p *activation.Params) { p.SwigluLimit = noClamp }},
+			{"swiglu_oai with alpha 1 (plain SiLU's) instead of the case's", func(p *activation.Params) { p.SwigluAlpha = 1 }},
+			{"swiglu_oai without the +beta on up", func(p *activation.Params) { p.SwigluBeta = 0 }},
+			{"swiglu_oai at GPT-OSS's defaults (1.702, 1, 7)", func(p *activation.Params) {
+				p.SwigluAlpha, p.SwigluBeta, p.SwigluLimit = def.SwigluAlpha, def.SwigluBeta, def.SwigluLimit
+			}},
+		}
+	case activation.SwigluStep:
+		edits = []edit{{"swiglu_step without its clamp", func(p *activation.Params) { p.SwigluLimit = noClamp }}}
+	default:
+		return nil, fmt.Sprintf("activation %v has no parameters", c.Spec.Activation)
+	}
+	var vs []variant
+	for _, e := range edits {
+		d := clone(c)
+		for i := range d.Spec.Params {
+			e.f(&d.Spec.Params[i])
+		}
+		if slices.Equal(d.Spec.Params, c.Spec.Params) {
+			continue
+		}
+		vs = append(vs, variant{e.what, d})
+	}
+	if vs == nil {
+		return nil, "no parameter change differs from the case's"
+	}
+	return vs, ""
+}
+
+func activationKind(c *validation.Case) ([]variant, string) {
+	var vs []variant
+	for _, k := range activation.Kinds() {
+		if k == c.Spec.Activation || k.IsGated() != c.Weights.Gated {
+			continue
+		}
+		d := clone(c)
+		d.Spec.Activation = k
+		d.Spec.Params = []activation.Params{activation.DefaultParams()}
+		vs = append(vs, variant{fmt.Sprintf("%v (default parameters) run instead of %v", k, c.Spec.Activation), d})
+	}
+	if vs == nil {
+		return nil, "no other activation of the same gating"
+	}
+	return vs, ""
+}
+
+// routerScores returns sigmoid(router_logits) [M, E_global] and the
+// correction bias (nil if absent) from the case's extra tensors.
+func routerScores(c *validation.Case) (scores []float64, bias []float32, why string) {
+	lt := c.Extra["router_logits"]
+	if lt == nil {
+		return nil, nil, "the case has no router_logits"
+	}
+	numGlobal, err := c.Spec.EP.NumGlobal(c.Weights.E)
+	if err != nil || len(lt.Shape) != 2 || lt.Shape[0] != c.Input.M || lt.Shape[1] != numGlobal {
+		return nil, nil, fmt.Sprintf("router_logits has shape %v, not [M, E_global]", lt.Shape)
+	}
+	lv, err := lt.AsFloat32()
+	if err != nil {
+		return nil, nil, err.Error()
+	}
+	scores = make([]float64, len(lv))
+	for i, v := range lv {
+		scores[i] = 1 / (1 + math.Exp(-float64(v)))
+	}
+	if b := c.Extra["correction_bias"]; b != nil {
+		if bias, err = b.AsFloat32(); err != nil || len(bias) != numGlobal {
+			return nil, nil, "correction_bias is not [E_global] floats"
+		}
+	}
+	return scores, bias, ""
+}
+
+// withWeights returns c with top-k weights w(t, slot, id), renormalized
+// per token when renorm is set (over the slots that are not -1).
+func withWeights(c *validation.Case, renorm bool, w func(t, slot int, id int32) float64) *validation.Case {
+	d := clone(c)
+	in := &d.Input
+	tk := in.TopK
+	in.TopKWeights = make([]float32, len(c.Input.TopKWeights))
+	for t := range in.M {
+		sum := 0.0
+		vals := make([]float64, tk)
+		for s := range tk {
+			if id := in.TopKIDs[t*tk+s]; id >= 0 {
+				vals[s] = w(t, s, id)
+				sum += vals[s]
+			}
+		}
+		for s := range tk {
+			v := vals[s]
+			if renorm && sum != 0 {
+				v /= sum
+			}
+			in.TopKWeights[t*tk+s] = float32(v)
+		}
+	}
+	return d
+}
+
+// renormalized reports whether every token's weights sum to 1 (within
+// float32 rounding of the sum).
+func renormalized(in *moe.Input) bool {
+	for t := range in.M {
+		sum := 0.0
+		for s := range in.TopK {
+			if in.TopKIDs[t*in.TopK+s] >= 0 {
+				sum += float64(in.TopKWeights[t*in.TopK+s])
+			}
+		}
+		if math.Abs(sum-1) > 1e-5 {
+			return false
+		}
+	}
+	return true
+}
+
+func routingUnnormalized(c *validation.Case) ([]variant, string) {
+	given := func(t, s int, _ int32) float64 { return float64(c.Input.TopKWeights[t*c.Input.TopK+s]) }
+	norm := renormalized(&c.Input)
+	var vs []variant
+	if !norm {
+		vs = append(vs, variant{"top-k weights renormalized to sum 1 where the case's do not", withWeights(c, true, given)})
+	}
+	scores, _, why := routerScores(c)
+	if scores != nil {
+		ng := len(scores) / max(c.Input.M, 1)
+		sc := func(t, _ int, id int32) float64 { return scores[t*ng+int(id)] }
+		if norm {
+			vs = append(vs, variant{"top-k weights left as the sigmoid scores, not renormalized", withWeights(c, false, sc)})
+		} else {
+			vs = append(vs, variant{"top-k weights renormalized sigmoid scores where the case's are not", withWeights(c, true, sc)})
+		}
+	}
+	if vs == nil {
+		return nil, fmt.Sprintf("the weights sum to 1 per token and %s to recover the unnormalized scores", why)
+	}
+	return vs, ""
+}
+
+func correctionBiasInWeights(c *validation.Case) ([]variant, string) {
+	scores, bias, why := routerScores(c)
+	if scores == nil {
+		return nil, why
+	}
+	if bias == nil {
+		return nil, "the case has no correction_bias"
+	}
+	ng := len(bias)
+	biased := func(t, _ int, id int32) float64 { return scores[t*ng+int(id)] + float64(bias[id]) }
+	return []variant{{"routing weights from sigmoid + correction bias (the selection scores)", withWeights(c, renormalized(&c.Input), biased)}}, ""
+}
+
+func fc1BiasMissing(c *validation.Case) ([]variant, string) {
+	if c.Weights.W31Bias == nil {
+		return nil, "the case has no w31_bias"
+	}
+	d := clone(c)
+	d.Weights.W31Bias = nil
+	return []variant{{"no FC1 bias", d}}, ""
+}
+
+func fc2BiasMissing(c *validation.Case) ([]variant, string) {
+	if c.Weights.W2Bias == nil {
+		return nil, "the case has no w2_bias"
+	}
+	d := clone(c)
+	d.Weights.W2Bias = nil
+	return []variant{{"no FC2 bias", d}}, ""
+}
+
+// rescale returns each expert's [rows, cols] scale matrix of src passed
+// through f.
+func rescale(src []uint8, e, rows, cols int, f func(lin []uint8) []uint8) []uint8 {
+	dst := make([]uint8, 0, len(src))
+	for i := range e {
+		dst = append(dst, f(src[i*rows*cols:(i+1)*rows*cols])...)
+	}
+	return dst
+}
+
+func scalesSwizzled(c *validation.Case) ([]variant, string) {
+	w := c.Weights
+	readAsSwizzled := func(rows, cols int) func([]uint8) []uint8 {
+		return func(lin []uint8) []uint8 {
+			out := make([]uint8, len(lin))
+			for m := range rows {
+				for k := range cols {
+					if o := mxfp.Swizzled128x4Offset(m, k, cols); o < len(lin) {
+						out[m*cols+k] = lin[o]
+					} // past the buffer: a kernel reads what lies there; 0 stands for it
+				}
+			}
+			return out
+		}
+	}
+	readAsLinear := func(rows, cols int) func([]uint8) []uint8 {
+		return func(lin []uint8) []uint8 {
+			swz := make([]uint8, mxfp.Swizzled128x4Len(rows, cols))
+			mxfp.SwizzleScales128x4(swz, lin, rows, cols)
+			return swz[:len(lin)]
+		}
+	}
+	var vs []variant
+	for _, dir := range []struct {
+		what string
+		f    func(rows, cols int) func([]uint8) []uint8
+	}{{"linear %s read as 128x4 swizzled", readAsSwizzled}, {"128x4 swizzled %s read as linear", readAsLinear}} {
+		for _, which := range []string{"w31_scale", "w2_scale", "w31_scale and w2_scale"} {
+			d := clone(c)
+			if which != "w2_scale" {
+				d.Weights.W31Scale = rescale(w.W31Scale, w.E, w.Rows(), w.K/32, dir.f(w.Rows(), w.K/32))
+			}
+			if which != "w31_scale" {
+				d.Weights.W2Scale = rescale(w.W2Scale, w.E, w.K, w.N/32, dir.f(w.K, w.N/32))
+			}
+			vs = append(vs, variant{fmt.Sprintf(dir.what, which), d})
+		}
+	}
+	return vs, ""
+}
+
+func epGlobalIDs(c *validation.Case) ([]variant, string) {
+	ep := c.Spec.EP.Normalize()
+	if ep.Size == 1 {
+		return nil, "the case has no expert parallelism (ep_size 1)"
+	}
+	if ep.Rank == 0 {
+		return nil, "on EP rank 0 local and global ids coincide"
+	}
+	e := int32(c.Weights.E)
+	lo := int32(ep.Rank) * e
+	remap := func(what string, f func(id int32) int32) variant {
+		d := clone(c)
+		d.Input.TopKIDs = make([]int32, len(c.Input.TopKIDs))
+		for i, id := range c.Input.TopKIDs {
+			d.Input.TopKIDs[i] = -1
+			if id >= 0 {
+				d.Input.TopKIDs[i] = f(id)
+			}
+		}
+		return variant{what, d}
+	}
+	return []variant{
+		remap("global ids filtered as local ids (expert g taken as local expert g)", func(id int32) int32 {
+			if id < e {
+				return id + lo
+			}
+			return -1
+		}),
+		remap("local ids (id - rank*E_local) given where global ids are expected", func(id int32) int32 {
+			if id-lo < 0 {
+				return -1
+			}
+			return id - lo
+		}),
+	}, ""
+}
