@@ -17,7 +17,32 @@ func (t *Tensor) want(d DType) error {
 	if t.DType != d {
 		return fmt.Errorf("%w: tensor %q has dtype %s, want %s", ErrFormat, t.Name, t.DType, d)
 	}
+	return t.sized()
+}
+
+// sized checks that the data holds exactly the shape's elements: a Tensor
+// built by hand may disagree, and a view of it would be silently short.
+func (t *Tensor) sized() error {
+	if want := t.NumElements() * t.DType.Size(); want < 0 || len(t.Data) != want {
+		return fmt.Errorf("%w: tensor %q: %d data bytes, shape %v of %s needs %d", ErrFormat, t.Name, len(t.Data), t.Shape, t.DType, want)
+	}
 	return nil
+}
+
+// mustShape panics if shape does not hold n elements: a programmer error
+// in building a tensor.
+func mustShape(name string, shape []int, n int) {
+	count := 1
+	for _, d := range shape {
+		if d < 0 {
+			count = -1
+			break
+		}
+		count *= d
+	}
+	if count != n {
+		panic(fmt.Sprintf("safetensors: tensor %q: shape %v for %d values", name, shape, n))
+	}
 }
 
 // Uint8s returns the data of a U8 tensor (aliased, not copied).
@@ -32,6 +57,9 @@ func (t *Tensor) Uint8s() ([]uint8, error) {
 func (t *Tensor) Uint16s() ([]uint16, error) {
 	if t.DType != U16 && t.DType != BF16 && t.DType != F16 {
 		return nil, t.want(U16)
+	}
+	if err := t.sized(); err != nil {
+		return nil, err
 	}
 	out := make([]uint16, len(t.Data)/2)
 	for i := range out {
@@ -66,6 +94,11 @@ func (t *Tensor) Float64s() ([]float64, error) {
 
 // Int64s decodes an I32 or I64 tensor, widening I32.
 func (t *Tensor) Int64s() ([]int64, error) {
+	if t.DType == I32 || t.DType == I64 {
+		if err := t.sized(); err != nil {
+			return nil, err
+		}
+	}
 	switch t.DType {
 	case I32:
 		out := make([]int64, len(t.Data)/4)
@@ -83,8 +116,11 @@ func (t *Tensor) Int64s() ([]int64, error) {
 	return nil, fmt.Errorf("%w: tensor %q has dtype %s, want I32 or I64", ErrFormat, t.Name, t.DType)
 }
 
+// The From* constructors panic if shape does not hold len(v) elements.
+
 // FromFloat32 builds an F32 tensor.
 func FromFloat32(name string, shape []int, v []float32) *Tensor {
+	mustShape(name, shape, len(v))
 	b := make([]byte, 4*len(v))
 	for i, x := range v {
 		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
@@ -94,6 +130,7 @@ func FromFloat32(name string, shape []int, v []float32) *Tensor {
 
 // FromFloat64 builds an F64 tensor.
 func FromFloat64(name string, shape []int, v []float64) *Tensor {
+	mustShape(name, shape, len(v))
 	b := make([]byte, 8*len(v))
 	for i, x := range v {
 		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(x))
@@ -103,6 +140,7 @@ func FromFloat64(name string, shape []int, v []float64) *Tensor {
 
 // FromUint16 builds a tensor of 2-byte elements (U16, BF16 or F16 bits).
 func FromUint16(name string, d DType, shape []int, v []uint16) *Tensor {
+	mustShape(name, shape, len(v))
 	b := make([]byte, 2*len(v))
 	for i, x := range v {
 		binary.LittleEndian.PutUint16(b[2*i:], x)
@@ -112,6 +150,7 @@ func FromUint16(name string, d DType, shape []int, v []uint16) *Tensor {
 
 // FromInt32 builds an I32 tensor.
 func FromInt32(name string, shape []int, v []int32) *Tensor {
+	mustShape(name, shape, len(v))
 	b := make([]byte, 4*len(v))
 	for i, x := range v {
 		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
@@ -121,6 +160,7 @@ func FromInt32(name string, shape []int, v []int32) *Tensor {
 
 // FromUint8 builds a U8 tensor over v (not copied).
 func FromUint8(name string, shape []int, v []uint8) *Tensor {
+	mustShape(name, shape, len(v))
 	return &Tensor{Name: name, DType: U8, Shape: shape, Data: v}
 }
 
@@ -131,7 +171,10 @@ func (t *Tensor) AsFloat32() ([]float32, error) {
 	case F32:
 		return t.Float32s()
 	case BF16, F16:
-		bits, _ := t.Uint16s()
+		bits, err := t.Uint16s()
+		if err != nil {
+			return nil, err
+		}
 		out := make([]float32, len(bits))
 		for i, b := range bits {
 			if t.DType == BF16 {

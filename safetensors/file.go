@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"sync"
 )
 
 // useMmap selects memory mapping where the platform has it; tests turn it
@@ -22,6 +23,7 @@ var ErrNotRegular = errors.New("safetensors: not a regular file")
 type Reader struct {
 	Header
 	path  string
+	mu    sync.RWMutex // reads hold it shared, Close exclusively
 	f     *os.File
 	data  []byte       // the whole file, memory-mapped (nil: read with ReadAt)
 	unmap func() error // releases data
@@ -138,6 +140,8 @@ func (r *Reader) Tensor(name string) (*Tensor, error) {
 }
 
 func (r *Reader) read(e *Entry) (*Tensor, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	if r.f == nil {
 		return nil, fmt.Errorf("safetensors: %s: read after Close", r.path)
 	}
@@ -197,8 +201,11 @@ func (r *Reader) ReadAll() (*File, error) {
 	return f, nil
 }
 
-// Close releases the file. Tensors already read stay valid.
+// Close releases the file, after any read in progress. Tensors already
+// read stay valid; a read after Close is an error.
 func (r *Reader) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	var err error
 	if r.unmap != nil {
 		err = r.unmap()
@@ -283,6 +290,9 @@ func outputTarget(path string) (string, error) {
 // and its target replaced (the link stays); an existing path that is not a
 // regular file is refused (ErrNotRegular).
 func WriteFile(path string, tensors []*Tensor, metadata map[string]string) (err error) {
+	if path == "" {
+		return fmt.Errorf("safetensors: WriteFile: empty path")
+	}
 	target, err := outputTarget(path)
 	if err != nil {
 		return err

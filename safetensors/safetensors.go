@@ -356,6 +356,9 @@ func Write(w io.Writer, tensors []*Tensor, metadata map[string]string) error {
 		if want := t.NumElements() * t.DType.Size(); len(t.Data) != want {
 			return fmt.Errorf("safetensors: tensor %q: %d data bytes, shape %v of %s needs %d", t.Name, len(t.Data), t.Shape, t.DType, want)
 		}
+		if t.Name == "" {
+			return fmt.Errorf("safetensors: a tensor has an empty name")
+		}
 		if _, dup := header[t.Name]; dup || t.Name == "__metadata__" {
 			return fmt.Errorf("safetensors: duplicate or reserved tensor name %q", t.Name)
 		}
