@@ -40,15 +40,18 @@
 package checkpoint
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"kimimoe/activation"
 	"kimimoe/moe"
@@ -67,13 +70,29 @@ const (
 	FormatGPTOSS Format = "gpt-oss" // stacked gate_up_proj/down_proj blocks, scales, biases
 )
 
-// Checkpoint is an opened checkpoint directory. Close it when done.
+// Checkpoint is an opened checkpoint directory. Close it when done. Its
+// methods may be called from several goroutines; after Close they return
+// ErrClosed.
 type Checkpoint struct {
-	Dir     string
-	where   map[string]string // tensor name -> shard file name
-	names   []string          // sorted
+	Dir   string
+	where map[string]string // tensor name -> shard file name
+	names []string          // sorted
+
+	mu      sync.Mutex // guards readers and closed
 	readers map[string]*safetensors.Reader
+	closed  bool
 }
+
+// ErrClosed is returned by a Checkpoint's methods after Close.
+var ErrClosed = errors.New("checkpoint: closed")
+
+// MaxIndexBytes bounds the index file read (the largest real index, a
+// trillion-parameter model's, is tens of MB).
+const MaxIndexBytes = 256 << 20
+
+// DefaultMaxBytes is Options.MaxBytes's default: what Load may allocate
+// for one layer's slice.
+const DefaultMaxBytes = 16 << 30
 
 func bad(format string, a ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrCheckpoint}, a...)...)
@@ -84,23 +103,21 @@ func bad(format string, a ...any) error {
 func Open(dir string) (*Checkpoint, error) {
 	c := &Checkpoint{Dir: dir, where: map[string]string{}, readers: map[string]*safetensors.Reader{}}
 	idx := filepath.Join(dir, "model.safetensors.index.json")
-	data, err := os.ReadFile(idx)
+	data, err := readIndex(idx)
 	switch {
 	case err == nil:
-		var doc struct {
-			WeightMap map[string]string `json:"weight_map"`
-		}
-		if err := json.Unmarshal(data, &doc); err != nil {
+		wm, err := parseWeightMap(data)
+		if err != nil {
 			return nil, bad("%s: not a safetensors index: %v", idx, err)
 		}
-		if len(doc.WeightMap) == 0 {
+		if len(wm) == 0 {
 			return nil, bad("%s: empty weight_map", idx)
 		}
-		for name, shard := range doc.WeightMap {
-			if shard == "" || filepath.Base(shard) != shard {
-				return nil, bad("%s: tensor %q maps to %q, not a file in the checkpoint directory", idx, name, shard)
+		for _, e := range wm {
+			if e.shard == "" || filepath.Base(e.shard) != e.shard {
+				return nil, bad("%s: tensor %q maps to %q, not a file in the checkpoint directory", idx, e.name, e.shard)
 			}
-			c.where[name] = shard
+			c.where[e.name] = e.shard
 		}
 	case errors.Is(err, os.ErrNotExist):
 		r, err := safetensors.Open(filepath.Join(dir, "model.safetensors"))
@@ -121,13 +138,99 @@ func Open(dir string) (*Checkpoint, error) {
 	return c, nil
 }
 
-// Close closes the shards opened so far.
+// readIndex reads an index file: a regular file (never a FIFO or a
+// device, which could block or never end) of at most MaxIndexBytes.
+func readIndex(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, bad("%s is not a regular file (%v)", path, st.Mode().Type())
+	}
+	if st.Size() > MaxIndexBytes {
+		return nil, bad("%s is %d bytes; an index is at most %d", path, st.Size(), MaxIndexBytes)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxIndexBytes+1))
+	if err == nil && len(data) > MaxIndexBytes {
+		err = bad("%s grew past %d bytes while read", path, MaxIndexBytes)
+	}
+	return data, err
+}
+
+type mapEntry struct{ name, shard string }
+
+// parseWeightMap decodes an index's "weight_map" keeping duplicate keys
+// visible (encoding/json keeps the last silently): a duplicate is an error.
+func parseWeightMap(data []byte) ([]mapEntry, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, fmt.Errorf("want a JSON object")
+	}
+	var out []mapEntry
+	found := false
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, _ := t.(string)
+		if key != "weight_map" {
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if found {
+			return nil, fmt.Errorf("two \"weight_map\" keys")
+		}
+		found = true
+		if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+			return nil, fmt.Errorf("weight_map is not an object")
+		}
+		seen := map[string]bool{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return nil, err
+			}
+			name, _ := kt.(string)
+			var shard string
+			if err := dec.Decode(&shard); err != nil {
+				return nil, fmt.Errorf("weight_map[%q]: %v", name, err)
+			}
+			if seen[name] {
+				return nil, fmt.Errorf("weight_map names tensor %q twice", name)
+			}
+			seen[name] = true
+			out = append(out, mapEntry{name, shard})
+		}
+		if _, err := dec.Token(); err != nil {
+			return nil, err
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("no \"weight_map\" key")
+	}
+	return out, nil
+}
+
+// Close closes the shards opened so far; the checkpoint cannot be used
+// afterwards.
 func (c *Checkpoint) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	var errs []error
 	for _, r := range c.readers {
 		errs = append(errs, r.Close())
 	}
-	c.readers = nil
+	c.readers, c.closed = nil, true
 	return errors.Join(errs...)
 }
 
@@ -136,6 +239,11 @@ func (c *Checkpoint) reader(name string) (*safetensors.Reader, string, error) {
 	shard, ok := c.where[name]
 	if !ok {
 		return nil, "", bad("%s: missing tensor %q", c.Dir, name)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, shard, ErrClosed
 	}
 	if r := c.readers[shard]; r != nil {
 		return r, shard, nil
@@ -199,7 +307,38 @@ type Options struct {
 	EP moe.EP
 	// MoETPSize and MoETPRank select an N/MoETPSize slice (0: all).
 	MoETPSize, MoETPRank int
+	// MaxBytes bounds what Load allocates for the slice, checked from the
+	// headers before any tensor is read (0: DefaultMaxBytes; negative: no
+	// bound).
+	MaxBytes int64
 }
+
+// check validates the options themselves.
+func (o Options) check() error {
+	switch {
+	case o.Layer < 0:
+		return fmt.Errorf("%w: layer %d: want 0 or more", moe.ErrParallel, o.Layer)
+	case o.MoETPSize < 0:
+		return fmt.Errorf("%w: moe_tp size %d: want at least 1 (0: no MoE tensor parallelism)", moe.ErrParallel, o.MoETPSize)
+	}
+	return o.EP.Validate()
+}
+
+// budget refuses a load of need bytes over the options' bound.
+func (o Options) budget(need int64, what string) error {
+	limit := o.MaxBytes
+	if limit == 0 {
+		limit = DefaultMaxBytes
+	}
+	if limit > 0 && need > limit {
+		return fmt.Errorf("%w: %s needs %.3g GiB, over the limit of %.3g GiB (Options.MaxBytes; --max-memory-gib in the command)",
+			ErrTooLarge, what, float64(need)/(1<<30), float64(limit)/(1<<30))
+	}
+	return nil
+}
+
+// ErrTooLarge is wrapped by Load's refusals of a slice over Options.MaxBytes.
+var ErrTooLarge = errors.New("checkpoint: layer too large")
 
 // Layer is what Load returns: the rank's weights and the layer's spec
 // (activation and parameters from the format's preset; chain and recipe
@@ -230,16 +369,57 @@ func (c *Checkpoint) Detect(layer int) (Format, error) {
 	return "", bad("%s: no experts of layer %d (looked for *.layers.%d.*.experts.<e>.w1.weight_packed and *.layers.%d.mlp.experts.gate_up_proj_blocks)", c.Dir, layer, layer, layer)
 }
 
-// Load reads one layer's experts in the detected layout.
+// Load reads one layer's experts in the detected layout. A layer that
+// holds both layouts is an error naming both.
 func (c *Checkpoint) Load(opts Options) (*Layer, error) {
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
 	f, err := c.Detect(opts.Layer)
 	if err != nil {
 		return nil, err
+	}
+	if both := c.bothFormats(opts.Layer); both != "" {
+		return nil, bad("%s: layer %d holds both a Kimi-K3 and a GPT-OSS expert set (%s); want one", c.Dir, opts.Layer, both)
 	}
 	if f == FormatKimi {
 		return c.loadKimi(opts)
 	}
 	return c.loadGPTOSS(opts)
+}
+
+// bothFormats names one tensor of each layout when layer has both.
+func (c *Checkpoint) bothFormats(layer int) string {
+	L := strconv.Itoa(layer)
+	var kimi, oss string
+	for _, n := range c.names {
+		if m := kimiRe.FindStringSubmatch(n); m != nil && m[2] == L && kimi == "" {
+			kimi = n
+		}
+		if m := gptossRe.FindStringSubmatch(n); m != nil && m[2] == L && oss == "" {
+			oss = n
+		}
+	}
+	if kimi != "" && oss != "" {
+		return kimi + " and " + oss
+	}
+	return ""
+}
+
+// weightBytes is what moe.NewWeights allocates for e experts.
+func weightBytes(e, n, k int, biases bool) int64 {
+	rows := int64(2 * n)
+	b := int64(e) * (rows*int64(k)/2 + rows*int64(k)/32 + int64(k)*int64(n)/2 + int64(k)*int64(n)/32)
+	if biases {
+		b += int64(e) * (rows + int64(k)) * 4
+	}
+	return b
 }
 
 // slices computes the rank's expert range and N slice.
@@ -334,6 +514,10 @@ func (c *Checkpoint) loadKimi(opts Options) (*Layer, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The slice and one expert's full tensors read at a time.
+	if err := opts.budget(weightBytes(count, nn, k, false)+weightBytes(1, n, k, false), fmt.Sprintf("layer %d's %d experts (N=%d, K=%d)", opts.Layer, count, nn, k)); err != nil {
+		return nil, err
+	}
 	w := moe.NewWeights(count, nn, k, true)
 	rows := 2 * nn
 	for i := range count {
@@ -399,11 +583,18 @@ func (c *Checkpoint) loadGPTOSS(opts Options) (*Layer, error) {
 		return nil, bad("tensor %q in %s has shape %v, want [E, 2N, K/32, 16]", gu, shard, e.Shape)
 	}
 	numExperts, n, k := e.Shape[0], e.Shape[1]/2, e.Shape[2]*32
-	if n%32 != 0 || n == 0 {
-		return nil, bad("tensor %q in %s has shape %v: N=%d must be a positive multiple of 32", gu, shard, e.Shape, n)
+	if numExperts == 0 {
+		return nil, bad("tensor %q in %s has shape %v: the stacked tensors hold no experts", gu, shard, e.Shape)
+	}
+	if n%32 != 0 || n == 0 || k == 0 {
+		return nil, bad("tensor %q in %s has shape %v: N=%d and K=%d must be positive multiples of 32", gu, shard, e.Shape, n, k)
 	}
 	first, count, n0, nn, err := slices(opts, numExperts, n)
 	if err != nil {
+		return nil, err
+	}
+	// What the reads hold (the rank's full-N rows) plus the slice built.
+	if err := opts.budget(weightBytes(count, n, k, true)+weightBytes(count, nn, k, true), fmt.Sprintf("layer %d's %d experts (N=%d, K=%d)", opts.Layer, count, nn, k)); err != nil {
 		return nil, err
 	}
 	f32 := []safetensors.DType{safetensors.BF16, safetensors.F32}

@@ -16,6 +16,17 @@ import (
 // are not written); GPT-OSS's stores them in BF16. It is the inverse of
 // Load, for tests and for making small checkpoints to try tools on.
 func Write(dir string, f Format, w *moe.Weights, layer, shards int) error {
+	switch {
+	case w == nil:
+		return fmt.Errorf("checkpoint: Write: weights are nil")
+	case shards < 0:
+		return fmt.Errorf("checkpoint: Write: %d shards; want 0 (one model.safetensors) or more", shards)
+	case layer < 0:
+		return fmt.Errorf("checkpoint: Write: layer %d; want 0 or more", layer)
+	}
+	if err := w.Validate(); err != nil {
+		return fmt.Errorf("checkpoint: Write: %w", err)
+	}
 	if !w.Gated {
 		return fmt.Errorf("checkpoint: Write needs gated weights ([up; gate] FC1)")
 	}

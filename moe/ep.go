@@ -15,10 +15,11 @@ type EP struct {
 	Size, Rank int
 }
 
-// Normalize returns ep with the zero value (Size 0) read as one rank, Size 1.
+// Normalize returns ep with Size 0 read as one rank, Size 1 (the rank is
+// kept, so EP{Size: 0, Rank: 3} stays invalid).
 func (ep EP) Normalize() EP {
 	if ep.Size == 0 {
-		return EP{Size: 1}
+		ep.Size = 1
 	}
 	return ep
 }

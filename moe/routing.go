@@ -46,6 +46,8 @@ func (r *Router) Validate() error {
 		return fmt.Errorf("moe: router: top-k %d exceeds the %d experts of %d groups", r.TopK, r.TopKGroup*(r.NumExperts/r.NumGroups), r.TopKGroup)
 	case r.Scoring != ScoringSigmoid && r.Scoring != ScoringSoftmax:
 		return fmt.Errorf("moe: router: unknown scoring %d", r.Scoring)
+	case math.IsNaN(r.RoutedScalingFactor) || math.IsInf(r.RoutedScalingFactor, 0):
+		return fmt.Errorf("moe: router: routed_scaling_factor %v is not finite", r.RoutedScalingFactor)
 	}
 	for i, b := range r.CorrectionBias {
 		if math.IsNaN(float64(b)) || math.IsInf(float64(b), 0) {
@@ -59,7 +61,8 @@ func (r *Router) Validate() error {
 // and writes ids [M, TopK] (global expert ids, in descending order of biased
 // score) and weights [M, TopK]. Scores are computed in float64; ties pick
 // the smaller expert (or group) index, as FlashInfer's routing kernels do.
-// A NaN logit is an error naming the token and expert.
+// A NaN or infinite logit is an error (wrapping ErrInput) naming the
+// token and expert.
 func (r *Router) Route(ids []int32, weights []float32, logits []float32) error {
 	if err := r.Validate(); err != nil {
 		return err
@@ -78,8 +81,8 @@ func (r *Router) Route(ids []int32, weights []float32, logits []float32) error {
 	for t := range m {
 		row := logits[t*e : (t+1)*e]
 		for i, l := range row {
-			if l != l {
-				return fmt.Errorf("moe: Route: logit [%d, %d] is NaN", t, i)
+			if l != l || math.IsInf(float64(l), 0) {
+				return fmt.Errorf("%w: router_logits[%d, %d] = %v is not finite (token %d)", ErrInput, t, i, l, t)
 			}
 		}
 		r.score(scores, row)

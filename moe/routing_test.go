@@ -106,6 +106,20 @@ func TestRouteErrors(t *testing.T) {
 	if err := r.Route(ids, wts, []float32{0, float32(math.NaN()), 0, 0}); err == nil {
 		t.Error("NaN logit accepted")
 	}
+	// Infinite logits name the logits and the token (softmax turned +Inf
+	// into NaN weights, reported as topk_weights, which the user never gave).
+	for _, sc := range []Scoring{ScoringSigmoid, ScoringSoftmax} {
+		r := Router{NumExperts: 4, TopK: 2, Scoring: sc, Renormalize: true}
+		ids2, wts2 := make([]int32, 4), make([]float32, 4)
+		err := r.Route(ids2, wts2, []float32{0, 1, 0, 0, 0, float32(math.Inf(1)), 0, 0})
+		if !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "router_logits[1, 1] = +Inf is not finite (token 1)") {
+			t.Errorf("scoring %d, +Inf logit: %v", sc, err)
+		}
+	}
+	r = Router{NumExperts: 4, TopK: 2, RoutedScalingFactor: math.NaN()}
+	if err := r.Route(ids, wts, make([]float32, 4)); err == nil {
+		t.Error("a NaN routed_scaling_factor accepted")
+	}
 }
 
 // Expert parallelism (SGLang: moe_tp_size = tp/ep/dp, local experts = E/ep;
@@ -167,5 +181,20 @@ func TestInputErrorMessages(t *testing.T) {
 		if !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want ErrInput mentioning %q", c.in, err, c.want)
 		}
+	}
+}
+
+// K = 0 is an input error, not an integer divide by zero; EP{Size: 0} keeps
+// its rank, so a rank without a size is invalid (it loaded every expert).
+func TestDegenerateSpecs(t *testing.T) {
+	in := &Input{M: 2, TopK: 1, X: nil, TopKIDs: []int32{0, 0}, TopKWeights: []float32{1, 1}}
+	if err := in.Validate(0, 4); !errors.Is(err, ErrInput) || !strings.Contains(err.Error(), "K = 0") {
+		t.Errorf("K = 0: %v", err)
+	}
+	if err := (EP{Size: 0, Rank: 3}).Validate(); !errors.Is(err, ErrParallel) {
+		t.Errorf("EP{Size: 0, Rank: 3}: %v", err)
+	}
+	if err := (EP{}).Validate(); err != nil {
+		t.Errorf("the zero EP: %v", err)
 	}
 }

@@ -135,6 +135,9 @@ func (in *Input) Validate(k, numGlobal int) error {
 	if in.M < 0 {
 		return fmt.Errorf("%w: M = %d is negative", ErrInput, in.M)
 	}
+	if k <= 0 {
+		return fmt.Errorf("%w: K = %d, want a positive layer width", ErrInput, k)
+	}
 	if in.TopK < 1 || in.TopK > numGlobal {
 		return fmt.Errorf("%w: top-k = %d, want 1 <= top-k <= %d (the global expert count)", ErrInput, in.TopK, numGlobal)
 	}
