@@ -474,8 +474,43 @@ func (c *Case) Tensors() ([]*safetensors.Tensor, map[string]string) {
 }
 
 // WriteCase writes c (and extra tensors, e.g. an expected "out") to path,
-// atomically.
+// atomically. It refuses, wrapping ErrCaseFile, a case that ReadCase would
+// reject: no weights, an invalid spec or input, a nil or reserved extra.
 func WriteCase(path string, c *Case, extra ...*safetensors.Tensor) error {
+	if err := c.valid(); err != nil {
+		return err
+	}
 	ts, md := c.Tensors()
+	names := map[string]bool{}
+	for _, t := range ts {
+		names[t.Name] = true
+	}
+	for i, t := range extra {
+		switch {
+		case t == nil:
+			return bad("WriteCase: extra tensor %d is nil", i)
+		case names[t.Name]:
+			return bad("WriteCase: extra tensor %q is one of the case's own", t.Name)
+		}
+		names[t.Name] = true
+	}
 	return safetensors.WriteFile(path, append(ts, extra...), md)
+}
+
+// valid checks what a case file must hold.
+func (c *Case) valid() error {
+	if c == nil || c.Weights == nil {
+		return bad("WriteCase: the case has no weights")
+	}
+	if err := c.Spec.Validate(c.Weights); err != nil {
+		return bad("WriteCase: %v", err)
+	}
+	numGlobal, err := c.Spec.EP.NumGlobal(c.Weights.E)
+	if err != nil {
+		return bad("WriteCase: %v", err)
+	}
+	if err := c.Input.Validate(c.Weights.K, numGlobal); err != nil {
+		return bad("WriteCase: %v", err)
+	}
+	return nil
 }

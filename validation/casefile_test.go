@@ -285,3 +285,35 @@ func TestCaseRoutingMustAgree(t *testing.T) {
 		t.Fatalf("disagreeing router_logits: %v", err)
 	}
 }
+
+// WriteCase refuses what ReadCase would reject, without panicking (nil and
+// empty cases panicked; an invalid activation was written as "Kind(99)").
+func TestWriteCaseRefusesInvalid(t *testing.T) {
+	s := CaseSpec{Name: "w", M: 2, K: 64, N: 32, ELocal: 4, TopK: 2, Activation: activation.Situ, Chain: moe.ChainMXFP8, Recipe: mxfp.RecipeRCeil, Seed: 1, WeightSeed: 2}
+	good, err := GenerateCase(&s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kind99 := *good
+	kind99.Spec.Activation = 99
+	threeSets := *good
+	threeSets.Spec.Params = make([]activation.Params, 3)
+	for i := range threeSets.Spec.Params {
+		threeSets.Spec.Params[i] = activation.DefaultParams()
+	}
+	path := filepath.Join(t.TempDir(), "c.safetensors")
+	for name, c := range map[string]*Case{"nil": nil, "empty": {}, "activation 99": &kind99, "3 parameter sets for 4 experts": &threeSets} {
+		if err := WriteCase(path, c); !errors.Is(err, ErrCaseFile) {
+			t.Errorf("%s: %v, want ErrCaseFile", name, err)
+		}
+	}
+	if err := WriteCase(path, good, nil); !errors.Is(err, ErrCaseFile) {
+		t.Errorf("nil extra: %v", err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused case left a file: %v", err)
+	}
+	if rows := SampleRows(-3, 5, 1); len(rows) != 0 {
+		t.Errorf("SampleRows(-3, 5, 1) = %v", rows)
+	}
+}

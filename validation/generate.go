@@ -230,8 +230,11 @@ func weightedPick(rng *rand.Rand, p []float64) int {
 }
 
 // SampleRows returns n distinct rows of [0, m) chosen with seed, sorted;
-// all rows if n <= 0 or n >= m.
+// all rows if n <= 0 or n >= m, none if m <= 0.
 func SampleRows(m, n int, seed uint64) []int {
+	if m <= 0 {
+		return []int{}
+	}
 	rows := make([]int, m)
 	for i := range rows {
 		rows[i] = i
