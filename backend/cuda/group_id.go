@@ -62,7 +62,7 @@ func WriteUniqueIDFile(path string, id UniqueID) error {
 func ReadUniqueIDFile(path string, timeout time.Duration) (UniqueID, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		data, err := os.ReadFile(path)
+		data, err := readIDFile(path)
 		if err == nil {
 			id, err := ParseUniqueID(string(data))
 			if err != nil {
@@ -78,6 +78,32 @@ func ReadUniqueIDFile(path string, timeout time.Duration) (UniqueID, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// readIDFile reads an id file only if it is a regular file of id size (a
+// FIFO would block past any timeout; a device never end).
+func readIDFile(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%v)", path, st.Mode().Type())
+	}
+	const maxIDFile = 4096 // 256 hex digits and white space
+	if st.Size() > maxIDFile {
+		return nil, fmt.Errorf("%s is %d bytes; an id file holds 256 hex digits", path, st.Size())
+	}
+	return os.ReadFile(path)
+}
+
+// RankEnvNames names the launcher variables RankEnv reads from, as set
+// now ("KIMIMOE_RANK/KIMIMOE_WORLD_SIZE" or "RANK/WORLD_SIZE"), for messages.
+func RankEnvNames() string {
+	if os.Getenv("KIMIMOE_RANK") != "" || os.Getenv("KIMIMOE_WORLD_SIZE") != "" {
+		return "KIMIMOE_RANK/KIMIMOE_WORLD_SIZE"
+	}
+	return "RANK/WORLD_SIZE"
 }
 
 // RankEnv reads a launcher's rank and world size: KIMIMOE_RANK and

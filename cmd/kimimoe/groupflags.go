@@ -33,29 +33,39 @@ func addGroupFlags(fs *flagSet, modes, defaultMode string) *groupFlags {
 // check validates the flags against the launcher's environment; active
 // reports whether a group was asked for.
 func (gf *groupFlags) check(backendName string) (active bool, err error) {
-	rank, size, perRank, err := cuda.RankEnv()
-	if err != nil {
-		return false, asUsage(err)
-	}
-	gf.rank, gf.size, gf.perRank = rank, size, perRank
-	if perRank {
-		if gf.devices != 1 && gf.devices != size {
-			return false, usagef("--devices %d, but the launcher's world size is %d", gf.devices, size)
-		}
-		gf.devices = size
-		if gf.idFile == "" && os.Getenv("NCCL_COMM_ID") == "" {
-			return false, usagef("one process per GPU (rank %d of %d) needs --nccl-id-file FILE or NCCL_COMM_ID=host:port", rank, size)
-		}
-	}
-	if gf.devices < 1 {
-		return false, usagef("--devices %d: want at least 1", gf.devices)
+	if gf.devices < 1 || gf.devices > maxDevices {
+		return false, usagef("--devices %d: want 1 to %d", gf.devices, maxDevices)
 	}
 	if gf.timeout <= 0 {
 		return false, usagef("--nccl-timeout %v: want a positive duration", gf.timeout)
 	}
-	active = gf.devices > 1 || perRank
-	if active && backendName != "cuda" {
-		return false, usagef("--devices %d needs --backend cuda", gf.devices)
+	if backendName != "cuda" {
+		// The launcher's variables ask for a multi-GPU run only of the GPU
+		// backend; any other backend runs in one process as asked.
+		if gf.devices > 1 {
+			return false, usagef("--devices %d needs --backend cuda", gf.devices)
+		}
+		return false, nil
 	}
-	return active, nil
+	rank, size, perRank, err := cuda.RankEnv()
+	if err != nil {
+		return false, asUsage(err)
+	}
+	if perRank && size == 1 {
+		perRank = false // a world of one process is a plain run
+	}
+	gf.rank, gf.size, gf.perRank = rank, size, perRank
+	if perRank {
+		if gf.devices != 1 && gf.devices != size {
+			return false, usagef("--devices %d, but the launcher's world size (%s) is %d", gf.devices, cuda.RankEnvNames(), size)
+		}
+		gf.devices = size
+		if gf.idFile == "" && os.Getenv("NCCL_COMM_ID") == "" {
+			return false, usagef("one process per GPU (rank %d of %d, from %s) needs --nccl-id-file FILE or NCCL_COMM_ID=host:port", rank, size, cuda.RankEnvNames())
+		}
+	}
+	return gf.devices > 1 || perRank, nil
 }
+
+// maxDevices bounds --devices: more GPUs than one host holds.
+const maxDevices = 64
