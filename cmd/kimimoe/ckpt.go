@@ -1,11 +1,13 @@
 package main
 
 import (
+	"flag"
 	"fmt"
-	"math"
+	"slices"
+	"strconv"
+	"strings"
 
 	"kimimoe/activation"
-
 	"kimimoe/checkpoint"
 	"kimimoe/moe"
 	"kimimoe/mxfp"
@@ -13,96 +15,279 @@ import (
 	"kimimoe/validation"
 )
 
-// ckptFlags are the flags of `run --checkpoint` and `case`: which layer of
-// which checkpoint, which slice, which inputs.
+// optFloat is a float flag with no default: unset prints nothing in -h.
+type optFloat struct {
+	v   float64
+	set bool
+}
+
+func (o *optFloat) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return strconv.FormatFloat(o.v, 'g', -1, 64)
+}
+
+func (o *optFloat) Set(s string) error {
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return fmt.Errorf("%q is not a number", s)
+	}
+	o.v, o.set = v, true
+	return nil
+}
+
+// optInt is an int flag with no default shown in -h.
+type optInt struct {
+	v   int
+	set bool
+}
+
+func (o *optInt) String() string {
+	if o == nil || !o.set {
+		return ""
+	}
+	return strconv.Itoa(o.v)
+}
+
+func (o *optInt) Set(s string) error {
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		return fmt.Errorf("%q is not an integer", s)
+	}
+	o.v, o.set = v, true
+	return nil
+}
+
+// ckptFlags are the flags of `run`, `case` and `check` that pick a
+// checkpoint layer and its slice, or override what a case file says.
 type ckptFlags struct {
+	fs                         *flagSet
 	dir, inputs, chain, recipe *string
 	layer, epSize, epRank      *int
 	tp, tpRank, topk           *int
 	activation                 *string
-	params                     map[string]*float64 // overrides; NaN: the format's
+	params                     map[string]*optFloat
+	paramOrder                 []string
 }
+
+// paramFlags maps the activation parameter flags to Params fields and the
+// kinds that read them.
+var paramFlags = []struct {
+	name  string
+	usage string
+	field func(*activation.Params) *float64
+	kinds []activation.Kind
+}{
+	{"situ-beta", "SiTU beta", func(p *activation.Params) *float64 { return &p.SituBeta }, []activation.Kind{activation.Situ}},
+	{"situ-linear-beta", "SiTU linear beta", func(p *activation.Params) *float64 { return &p.SituLinearBeta }, []activation.Kind{activation.Situ}},
+	{"swiglu-alpha", "GPT-OSS SwiGLU alpha", func(p *activation.Params) *float64 { return &p.SwigluAlpha }, []activation.Kind{activation.SwigluBias}},
+	{"swiglu-beta", "GPT-OSS SwiGLU beta, added to up", func(p *activation.Params) *float64 { return &p.SwigluBeta }, []activation.Kind{activation.SwigluBias}},
+	{"swiglu-limit", "SwiGLU clamp limit", func(p *activation.Params) *float64 { return &p.SwigluLimit }, []activation.Kind{activation.SwigluBias, activation.SwigluStep}},
+}
+
+// checkpointOnly are the flags that only a checkpoint layer can use.
+var checkpointOnly = []string{"layer", "moe-tp", "moe-tp-rank", "inputs", "topk"}
 
 func addCkptFlags(fs *flagSet) *ckptFlags {
-	return &ckptFlags{
+	cf := &ckptFlags{
+		fs:         fs,
 		dir:        fs.String("checkpoint", "", "checkpoint directory (model.safetensors or shards with model.safetensors.index.json)"),
-		layer:      fs.Int("layer", -1, "the MoE layer to load"),
-		epSize:     fs.Int("ep-size", 1, "expert-parallel size"),
-		epRank:     fs.Int("ep-rank", 0, "expert-parallel rank"),
-		tp:         fs.Int("moe-tp", 1, "MoE tensor-parallel size (an N/moe-tp slice of each expert)"),
-		tpRank:     fs.Int("moe-tp-rank", 0, "MoE tensor-parallel rank"),
-		inputs:     fs.String("inputs", "", "inputs: x (F32/BF16/F16) or x_q + x_scale; topk_ids + topk_weights, or router_logits [M, E] (+ correction_bias [E])"),
-		topk:       fs.Int("topk", 0, "top-k when routing router_logits (default: the format's, Kimi-K3 16, GPT-OSS 4)"),
-		chain:      fs.String("chain", "mxfp8", "precision chain: exact, mxfp8, flashinfer (check: default the case's)"),
-		recipe:     fs.String("recipe", "rceil", "MX scale recipe for x and the intermediate: floor, rceil"),
-		activation: fs.String("activation", "", "activation kind (default: the format's, Kimi-K3 situ, GPT-OSS swiglu_oai)"),
-		params: map[string]*float64{
-			"situ-beta":        fs.Float64("situ-beta", math.NaN(), "SiTU beta (default: the format's)"),
-			"situ-linear-beta": fs.Float64("situ-linear-beta", math.NaN(), "SiTU linear beta (default: the format's)"),
-			"swiglu-alpha":     fs.Float64("swiglu-alpha", math.NaN(), "GPT-OSS SwiGLU alpha (default: the format's)"),
-			"swiglu-beta":      fs.Float64("swiglu-beta", math.NaN(), "GPT-OSS SwiGLU beta, added to up (default: the format's)"),
-			"swiglu-limit":     fs.Float64("swiglu-limit", math.NaN(), "SwiGLU clamp limit (default: the format's)"),
-		},
+		epSize:     fs.Int("ep-size", 1, "expert-parallel size (with --case: overrides the case's)"),
+		epRank:     fs.Int("ep-rank", 0, "expert-parallel rank (with --case: overrides the case's)"),
+		tp:         fs.Int("moe-tp", 1, "with --checkpoint: MoE tensor-parallel size (an N/moe-tp slice of each expert)"),
+		tpRank:     fs.Int("moe-tp-rank", 0, "with --checkpoint: MoE tensor-parallel rank"),
+		inputs:     fs.String("inputs", "", "with --checkpoint: x (F32/BF16/F16) or x_q + x_scale; topk_ids + topk_weights, or router_logits [M, E] (+ correction_bias [E])"),
+		topk:       fs.Int("topk", 0, "with --checkpoint: top-k when routing router_logits (default: the format's, Kimi-K3 16, GPT-OSS 4)"),
+		chain:      fs.String("chain", "", "precision chain: exact, mxfp8, flashinfer (default: the case's; mxfp8 for a checkpoint)"),
+		recipe:     fs.String("recipe", "", "MX scale recipe for x and the intermediate: floor, rceil (default: the case's; rceil for a checkpoint)"),
+		activation: fs.String("activation", "", "activation kind (default: the case's, or the checkpoint format's: Kimi-K3 situ, GPT-OSS swiglu_oai)"),
+		params:     map[string]*optFloat{},
 	}
+	layer := &optInt{v: -1}
+	fs.Var(layer, "layer", "with --checkpoint: the MoE layer `index` to load (required)")
+	cf.layer = &layer.v
+	for _, p := range paramFlags {
+		o := &optFloat{}
+		fs.Var(o, p.name, p.usage+", a `number` (default: the case's or the format's)")
+		cf.params[p.name] = o
+		cf.paramOrder = append(cf.paramOrder, p.name)
+	}
+	return cf
 }
 
-// override applies --activation and the parameter flags to spec.
-func (cf *ckptFlags) override(spec *moe.LayerSpec) error {
+// given reports whether flag name was set on the command line.
+func (cf *ckptFlags) given(name string) bool {
+	set := false
+	cf.fs.Visit(func(f *flag.Flag) {
+		if f.Name == name {
+			set = true
+		}
+	})
+	return set
+}
+
+// checkInts refuses slice flags out of range, whichever source they apply to.
+func (cf *ckptFlags) checkInts() error {
+	switch {
+	case cf.given("ep-size") && *cf.epSize < 1:
+		return usagef("--ep-size %d: want at least 1", *cf.epSize)
+	case cf.given("ep-rank") && (*cf.epRank < 0 || cf.given("ep-size") && *cf.epRank >= *cf.epSize):
+		return usagef("--ep-rank %d: want 0 <= rank < --ep-size %d", *cf.epRank, *cf.epSize)
+	case cf.given("moe-tp") && *cf.tp < 1:
+		return usagef("--moe-tp %d: want at least 1", *cf.tp)
+	case cf.given("moe-tp-rank") && (*cf.tpRank < 0 || *cf.tpRank >= max(*cf.tp, 1)):
+		return usagef("--moe-tp-rank %d: want 0 <= rank < --moe-tp %d", *cf.tpRank, *cf.tp)
+	case cf.given("layer") && *cf.layer < 0:
+		return usagef("--layer %d: want a layer index of 0 or more", *cf.layer)
+	case cf.given("topk") && *cf.topk < 1:
+		return usagef("--topk %d: want at least 1", *cf.topk)
+	}
+	return nil
+}
+
+// apply sets the spec fields the flags name onto spec (the case's or the
+// checkpoint's) and returns one note per field: where its value came from.
+// source names what the spec came from ("the case", "the checkpoint").
+func (cf *ckptFlags) apply(spec *moe.LayerSpec, source string, eLocal int) ([]string, error) {
+	var notes []string
+	if *cf.chain != "" {
+		ch, err := moe.ParseChain(*cf.chain)
+		if err != nil {
+			return nil, asUsage(err)
+		}
+		if ch != spec.Chain {
+			notes = append(notes, fmt.Sprintf("chain %v (from --chain; %s says %v)", ch, source, spec.Chain))
+		}
+		spec.Chain = ch
+	}
+	if *cf.recipe != "" {
+		r, err := mxfp.ParseRecipe(*cf.recipe)
+		if err != nil {
+			return nil, asUsage(err)
+		}
+		if r != spec.Recipe {
+			notes = append(notes, fmt.Sprintf("recipe %v (from --recipe; %s says %v)", r, source, spec.Recipe))
+		}
+		spec.Recipe = r
+	}
 	if *cf.activation != "" {
 		k, err := activation.ParseKind(*cf.activation)
 		if err != nil {
-			return asUsage(err)
+			return nil, asUsage(err)
 		}
 		if k.IsGated() != spec.Activation.IsGated() {
-			return usagef("--activation %v: the checkpoint's FC1 is gated=%v", k, spec.Activation.IsGated())
+			return nil, usagef("--activation %v: %s's FC1 is for a %s activation (%v)", k, source, gatedWord(spec.Activation.IsGated()), spec.Activation)
+		}
+		if k != spec.Activation {
+			notes = append(notes, fmt.Sprintf("activation %v (from --activation; %s says %v)", k, source, spec.Activation))
+			spec.Params = []activation.Params{activation.DefaultParams()}
 		}
 		spec.Activation = k
 	}
-	p := spec.Params[0]
-	for name, field := range map[string]*float64{"situ-beta": &p.SituBeta, "situ-linear-beta": &p.SituLinearBeta,
-		"swiglu-alpha": &p.SwigluAlpha, "swiglu-beta": &p.SwigluBeta, "swiglu-limit": &p.SwigluLimit} {
-		if v := *cf.params[name]; !math.IsNaN(v) {
-			*field = v
+	params := slices.Clone(spec.Params)
+	for _, pf := range paramFlags {
+		o := cf.params[pf.name]
+		if !o.set {
+			continue
+		}
+		if !slices.Contains(pf.kinds, spec.Activation) {
+			return nil, usagef("--%s: activation %v has no such parameter", pf.name, spec.Activation)
+		}
+		old := *pf.field(&params[0])
+		for i := range params {
+			*pf.field(&params[i]) = o.v
+		}
+		notes = append(notes, fmt.Sprintf("%s %g (from --%s; %s says %g)", strings.ReplaceAll(pf.name, "-", "_"), o.v, pf.name, source, old))
+	}
+	for i := range params {
+		if err := params[i].Validate(spec.Activation); err != nil {
+			return nil, asUsage(err)
 		}
 	}
-	if err := p.Validate(spec.Activation); err != nil {
-		return asUsage(err)
+	spec.Params = params
+	if cf.given("ep-size") || cf.given("ep-rank") {
+		old := spec.EP.Normalize()
+		ep := moe.EP{Size: old.Size, Rank: old.Rank}
+		if cf.given("ep-size") {
+			ep.Size = *cf.epSize
+		}
+		if cf.given("ep-rank") {
+			ep.Rank = *cf.epRank
+		}
+		if err := ep.Validate(); err != nil {
+			return nil, asUsage(err)
+		}
+		if _, err := ep.NumGlobal(eLocal); err != nil {
+			return nil, asUsage(err)
+		}
+		if ep != old {
+			notes = append(notes, fmt.Sprintf("ep rank %d of %d (from --ep-size/--ep-rank; %s says %d of %d)", ep.Rank, ep.Size, source, old.Rank, old.Size))
+		}
+		spec.EP = ep
 	}
-	spec.Params = []activation.Params{p}
-	return nil
+	return notes, nil
+}
+
+func gatedWord(g bool) string {
+	if g {
+		return "gated"
+	}
+	return "non-gated"
+}
+
+// forCase applies the override flags to a case read from a file and
+// refuses the flags that only a checkpoint can use.
+func (cf *ckptFlags) forCase(c *validation.Case) ([]string, error) {
+	for _, name := range checkpointOnly {
+		if cf.given(name) {
+			return nil, usagef("--%s applies to --checkpoint, not to --case", name)
+		}
+	}
+	if err := cf.checkInts(); err != nil {
+		return nil, err
+	}
+	notes, err := cf.apply(&c.Spec, "the case", c.Weights.E)
+	if err != nil {
+		return nil, err
+	}
+	numGlobal, err := c.Spec.EP.NumGlobal(c.Weights.E)
+	if err != nil {
+		return nil, asUsage(err)
+	}
+	if err := c.Input.Validate(c.Weights.K, numGlobal); err != nil {
+		return nil, asUsage(fmt.Errorf("case %s with the overrides: %w", c.Name, err))
+	}
+	return notes, nil
 }
 
 // load builds the case: the layer's weights from the checkpoint, the
 // format's activation, the inputs (routed with the format's router when
-// they hold logits).
-func (cf *ckptFlags) load() (*validation.Case, error) {
-	if *cf.dir == "" || *cf.inputs == "" || *cf.layer < 0 {
-		return nil, usagef("--checkpoint, --layer and --inputs are required")
+// they hold logits). The notes say what the flags changed.
+func (cf *ckptFlags) load() (*validation.Case, []string, error) {
+	if *cf.dir == "" || *cf.inputs == "" || !cf.given("layer") {
+		return nil, nil, usagef("--checkpoint, --layer and --inputs are required")
 	}
-	chain := moe.ChainMXFP8
-	if *cf.chain != "" {
-		var err error
-		if chain, err = moe.ParseChain(*cf.chain); err != nil {
-			return nil, asUsage(err)
-		}
-	}
-	recipe, err := mxfp.ParseRecipe(*cf.recipe)
-	if err != nil {
-		return nil, asUsage(err)
+	if err := cf.checkInts(); err != nil {
+		return nil, nil, err
 	}
 	ck, err := checkpoint.Open(*cf.dir)
 	if err != nil {
-		return nil, asUsage(err)
+		return nil, nil, asUsage(err)
 	}
 	defer ck.Close()
 	l, err := ck.Load(checkpoint.Options{Layer: *cf.layer, EP: moe.EP{Size: *cf.epSize, Rank: *cf.epRank}, MoETPSize: *cf.tp, MoETPRank: *cf.tpRank})
 	if err != nil {
-		return nil, asUsage(err)
+		return nil, nil, asUsage(err)
 	}
-	l.Spec.Chain, l.Spec.Recipe = chain, recipe
-	if err := cf.override(&l.Spec); err != nil {
-		return nil, err
+	l.Spec.Chain, l.Spec.Recipe = moe.ChainMXFP8, mxfp.RecipeRCeil
+	saveEP := l.Spec.EP
+	notes, err := cf.apply(&l.Spec, "the checkpoint", l.Weights.E)
+	if err != nil {
+		return nil, nil, err
 	}
+	l.Spec.EP = saveEP // Load applied --ep-size/--ep-rank already
+	notes = slices.DeleteFunc(notes, func(s string) bool { return strings.HasPrefix(s, "ep rank") })
 	router := moe.Router{NumExperts: l.NumExperts, TopK: 16, Scoring: moe.ScoringSigmoid, Renormalize: true} // Kimi-K3
 	if l.Format == checkpoint.FormatGPTOSS {
 		// GPT-OSS: softmax over the top-k logits, which is softmax over all
@@ -110,8 +295,12 @@ func (cf *ckptFlags) load() (*validation.Case, error) {
 		router = moe.Router{NumExperts: l.NumExperts, TopK: 4, Scoring: moe.ScoringSoftmax, Renormalize: true}
 	}
 	if *cf.topk > 0 {
+		if *cf.topk > l.NumExperts {
+			return nil, nil, usagef("--topk %d: the checkpoint's layer has %d experts", *cf.topk, l.NumExperts)
+		}
 		router.TopK = *cf.topk
 	}
+	router.TopK = min(router.TopK, l.NumExperts)
 	route := func(logits, bias []float32, m int) ([]int32, []float32, int, error) {
 		if len(logits) != m*router.NumExperts {
 			return nil, nil, 0, fmt.Errorf("router_logits has %d values for %d tokens; the checkpoint has %d experts", len(logits), m, router.NumExperts)
@@ -123,20 +312,41 @@ func (cf *ckptFlags) load() (*validation.Case, error) {
 	}
 	f, err := safetensors.ReadFile(*cf.inputs)
 	if err != nil {
-		return nil, asUsage(fmt.Errorf("inputs: %w", err))
+		return nil, nil, asUsage(fmt.Errorf("inputs: %w", err))
 	}
 	in, err := validation.ReadInput(f, l.Weights.K, route)
 	if err != nil {
-		return nil, asUsage(fmt.Errorf("inputs %s: %w", *cf.inputs, err))
+		return nil, nil, asUsage(fmt.Errorf("inputs %s: %w", *cf.inputs, err))
 	}
 	numGlobal, err := l.Spec.EP.NumGlobal(l.Weights.E)
 	if err != nil {
-		return nil, asUsage(err)
+		return nil, nil, asUsage(err)
 	}
 	if err := in.Validate(l.Weights.K, numGlobal); err != nil {
-		return nil, asUsage(fmt.Errorf("inputs %s: %w", *cf.inputs, err))
+		return nil, nil, asUsage(fmt.Errorf("inputs %s: %w", *cf.inputs, err))
 	}
-	return &validation.Case{Name: fmt.Sprintf("%s layer %d", *cf.dir, *cf.layer), Weights: l.Weights, Spec: l.Spec, Input: *in}, nil
+	c := &validation.Case{Name: fmt.Sprintf("%s layer %d", *cf.dir, *cf.layer), Weights: l.Weights, Spec: l.Spec, Input: *in,
+		Extra: map[string]*safetensors.Tensor{}}
+	for _, name := range []string{"router_logits", "correction_bias"} {
+		if t := f.Get(name); t != nil {
+			c.Extra[name] = t
+		}
+	}
+	return c, notes, nil
+}
+
+// loadAny reads the case from --case (path) or from the checkpoint flags,
+// with the overrides applied; the notes say what they changed.
+func (cf *ckptFlags) loadAny(path string) (*validation.Case, []string, error) {
+	if path == "" {
+		return cf.load()
+	}
+	c, err := validation.ReadCase(path)
+	if err != nil {
+		return nil, nil, asUsage(err)
+	}
+	notes, err := cf.forCase(c)
+	return c, notes, err
 }
 
 // runCase writes a self-contained case file from a checkpoint layer and
@@ -145,24 +355,46 @@ func runCase(args []string) error {
 	fs := newFlags("case", "--checkpoint DIR --layer L --inputs IN.safetensors --out CASE.safetensors [--ep-size S --ep-rank R] [--moe-tp T --moe-tp-rank r]")
 	cf := addCkptFlags(fs)
 	out := fs.String("out", "", "the case file to write")
+	maxMem := fs.Float64("max-memory-gib", 16, "refuse a layer estimated to need more memory than this")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *out == "" {
 		return usagef("--out is required")
 	}
-	if _, err := safetensors.CheckOutput(*out, *cf.inputs); err != nil {
+	if !(*maxMem > 0) {
+		return usagef("--max-memory-gib %v: want a positive number", *maxMem)
+	}
+	if err := checkOutput("out", *out, kindSafetensors, append(inputsOf(*cf.inputs), checkpointFiles(*cf.dir)...)...); err != nil {
 		return err
 	}
-	c, err := cf.load()
+	c, notes, err := cf.load()
 	if err != nil {
 		return err
 	}
-	if err := validation.WriteCase(*out, c); err != nil {
+	if err := validation.WriteCase(*out, c, extraTensors(c)...); err != nil {
 		return err
 	}
 	w := c.Weights
+	for _, n := range notes {
+		fmt.Printf("note: %s\n", n)
+	}
 	fmt.Printf("wrote %s: M=%d K=%d N=%d E_local=%d top-%d, %v, chain %v, recipe %v, ep %d/%d, biases %v\n",
-		*out, c.Input.M, w.K, w.N, w.E, c.Input.TopK, c.Spec.Activation, c.Spec.Chain, c.Spec.Recipe, c.Spec.EP.Rank, c.Spec.EP.Size, w.HasBias())
+		*out, c.Input.M, w.K, w.N, w.E, c.Input.TopK, c.Spec.Activation, c.Spec.Chain, c.Spec.Recipe, c.Spec.EP.Rank, c.Spec.EP.Normalize().Size, w.HasBias())
 	return nil
+}
+
+// extraTensors are the case's extra tensors in name order (router_logits
+// and correction_bias travel with the case, for the diagnosis).
+func extraTensors(c *validation.Case) []*safetensors.Tensor {
+	var names []string
+	for n := range c.Extra {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var ts []*safetensors.Tensor
+	for _, n := range names {
+		ts = append(ts, c.Extra[n])
+	}
+	return ts
 }

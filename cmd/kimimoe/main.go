@@ -12,8 +12,9 @@
 //	kimimoe plot --bench bench.json [--peers peer_triton.json] --out FILE.svg
 //
 // Every subcommand takes -h, which prints its flags on stdout. Exit status:
-// 0 success, 1 a failure (a case failed, a device or file error), 2 a usage
-// error (a bad flag or value). Errors are printed once, on stderr.
+// 0 success (a pass), 1 a failure (a case or check failed, a device error),
+// 2 a usage or input error (a bad flag or value; a missing, malformed or
+// unwritable file). Errors are printed once, on stderr.
 package main
 
 import (
@@ -22,11 +23,17 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 
 	"kimimoe/activation"
 	"kimimoe/backend"
 	_ "kimimoe/backend/cuda" // registers "cuda"; loads nothing until opened
+	"kimimoe/check"
+	"kimimoe/checkpoint"
+	"kimimoe/moe"
+	"kimimoe/safetensors"
+	"kimimoe/validation"
 )
 
 type command struct {
@@ -50,8 +57,28 @@ func init() {
 	}
 }
 
+// versionString is the module version and the commit it was built from
+// (as the go command records them), or "(devel)" and "unknown".
+func versionString() string {
+	version, commit, dirty := "(devel)", "unknown", ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch {
+			case s.Key == "vcs.revision":
+				commit = s.Value
+			case s.Key == "vcs.modified" && s.Value == "true":
+				dirty = " (modified)"
+			}
+		}
+	}
+	return fmt.Sprintf("kimimoe %s, commit %s%s", version, commit, dirty)
+}
+
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: kimimoe COMMAND [flags]; kimimoe COMMAND -h for its flags")
+	fmt.Fprintln(w, "usage: kimimoe COMMAND [flags]; kimimoe COMMAND -h for its flags; kimimoe --version")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
@@ -65,6 +92,20 @@ func activationNames() string {
 		names = append(names, k.String())
 	}
 	return strings.Join(names, ", ")
+}
+
+// isInputError reports whether err is about the input rather than the
+// work: a missing, malformed or unwritable file, a bad tensor or an
+// impossible layout. Those exit 2, as a bad flag does.
+func isInputError(err error) bool {
+	for _, target := range []error{validation.ErrCaseFile, safetensors.ErrFormat, safetensors.ErrNotRegular,
+		checkpoint.ErrCheckpoint, moe.ErrInput, moe.ErrParallel, check.ErrCandidate, backend.ErrUnknown,
+		os.ErrNotExist, os.ErrPermission} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
 }
 
 // errFailed marks a run that completed but whose result is a failure (its
@@ -99,6 +140,10 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		usage(stdout)
 		return 0
 	}
+	if args[0] == "--version" || args[0] == "-version" || args[0] == "version" {
+		fmt.Fprintln(stdout, versionString())
+		return 0
+	}
 	for _, c := range commands {
 		if c.name != args[0] {
 			continue
@@ -110,7 +155,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 			return 0
 		case errors.Is(err, errFailed):
 			return 1
-		case errors.As(err, &ue):
+		case errors.As(err, &ue) || isInputError(err):
 			fmt.Fprintf(stderr, "kimimoe %s: %v (kimimoe %s -h for help)\n", c.name, err, c.name)
 			return 2
 		default:
@@ -159,11 +204,6 @@ func parse(fs *flagSet, args []string) error {
 	return nil
 }
 
-// writeJSON writes data to path, or to stdout for "-".
-func writeJSON(path string, data []byte) error {
-	if path == "-" {
-		_, err := os.Stdout.Write(data)
-		return err
-	}
-	return os.WriteFile(path, data, 0o644)
-}
+// writeJSON writes data to path atomically, or to stdout for "-"; the
+// path was checked with checkJSONOutput before the work.
+func writeJSON(path string, data []byte) error { return writeOutput(path, data) }

@@ -122,8 +122,8 @@ func TestExitStatusAndErrorsPrintedOnce(t *testing.T) {
 		{[]string{"validate", "--suite", "huge"}, 2, `unknown suite "huge"`},
 		{[]string{"chains", "--m", "99999999"}, 2, "not a token count"},
 		{[]string{"chains", "--m", "1,0"}, 2, "not a token count"},
-		{[]string{"plan", "--ep", "4294967296", "--dp", "4294967296"}, 1, "overflows"},
-		{[]string{"run", "--case", golden, "--out", golden}, 1, "is the input file"},
+		{[]string{"plan", "--ep", "4294967296", "--dp", "4294967296"}, 2, "overflows"},
+		{[]string{"run", "--case", golden, "--out", golden}, 2, "is the input file"},
 		{[]string{"run", "--case", golden}, 2, "--out and one of --case or --checkpoint are required"},
 		{[]string{"nope"}, 2, `unknown command "nope"`},
 		{[]string{}, 2, "usage:"},
@@ -213,9 +213,9 @@ func TestCheckCommand(t *testing.T) {
 		want string
 	}{
 		{"f32 equal", []string{"--candidate", write("f32.st", safetensors.F32, want, out.Shape)}, 0, "PASS"},
-		{"bf16", []string{"--candidate", write("bf16.st", safetensors.BF16, want, out.Shape)}, 0, "rounded to BF16"},
-		{"f16", []string{"--candidate", write("f16.st", safetensors.F16, want, out.Shape)}, 0, "rounded to F16"},
-		{"off by 1%", []string{"--candidate", write("off.st", safetensors.F32, off, out.Shape)}, 1, "FAIL: [NRMSE"},
+		{"bf16", []string{"--candidate", write("bf16.st", safetensors.BF16, want, out.Shape)}, 0, "rounded once to BF16"},
+		{"f16", []string{"--candidate", write("f16.st", safetensors.F16, want, out.Shape)}, 0, "rounded once to F16"},
+		{"off by 1%", []string{"--candidate", write("off.st", safetensors.F32, off, out.Shape)}, 1, "FAIL: NRMSE"},
 		// --chain overrides the case's: the mxfp8 output is ~2% off the exact chain.
 		{"other chain", []string{"--candidate", write("f32c.st", safetensors.F32, want, out.Shape), "--chain", "exact"}, 1, "chain exact"},
 		{"wrong tensor", []string{"--candidate", write("f32b.st", safetensors.F32, want, out.Shape), "--tensor", "y"}, 2, `has no tensor "y"`},
@@ -256,35 +256,7 @@ func TestRunOutDType(t *testing.T) {
 // case file, `run` on it and `run --checkpoint` give the same output, and
 // `check` passes it (and fails a perturbed copy).
 func TestCheckpointToVerdict(t *testing.T) {
-	s := validation.CaseSpec{Name: "e2e", K: 96, N: 64, ELocal: 8, TopK: 4, Activation: activation.SwigluBias,
-		Chain: moe.ChainMXFP8, Recipe: mxfp.RecipeRCeil, WeightSeed: 5}
-	w, err := validation.GenerateWeights(&s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.W31Bias, w.W2Bias = make([]float32, w.E*2*w.N), make([]float32, w.E*w.K)
-	for i := range w.W31Bias {
-		w.W31Bias[i] = float32(i%9-4) / 4
-	}
-	dir := t.TempDir()
-	ck := filepath.Join(dir, "ckpt")
-	os.Mkdir(ck, 0o755)
-	if err := checkpoint.Write(ck, checkpoint.FormatGPTOSS, w, 2, 2); err != nil {
-		t.Fatal(err)
-	}
-	const m = 5
-	x, logits := make([]float32, m*w.K), make([]float32, m*w.E)
-	for i := range x {
-		x[i] = float32(i%17) - 8
-	}
-	for i := range logits {
-		logits[i] = float32((i*7)%11) / 3
-	}
-	xt, _ := safetensors.FromFloat32As("x", safetensors.BF16, []int{m, w.K}, x)
-	inputs := filepath.Join(dir, "inputs.safetensors")
-	if err := safetensors.WriteFile(inputs, []*safetensors.Tensor{xt, safetensors.FromFloat32("router_logits", []int{m, w.E}, logits)}, nil); err != nil {
-		t.Fatal(err)
-	}
+	dir, ck, inputs := smallCheckpoint(t)
 	caseFile, out1, out2 := filepath.Join(dir, "case.safetensors"), filepath.Join(dir, "out1.safetensors"), filepath.Join(dir, "out2.safetensors")
 	for _, args := range [][]string{
 		{"case", "--checkpoint", ck, "--layer", "2", "--inputs", inputs, "--out", caseFile},
@@ -346,6 +318,43 @@ func TestPlotCommand(t *testing.T) {
 	}
 }
 
+// smallCheckpoint writes a GPT-OSS checkpoint of layer 2 (8 experts, K=96,
+// N=64, with biases) over two shards and an inputs file of 5 tokens with
+// router logits; it returns the folder, the checkpoint and the inputs.
+func smallCheckpoint(t *testing.T) (dir, ck, inputs string) {
+	t.Helper()
+	s := validation.CaseSpec{Name: "e2e", K: 96, N: 64, ELocal: 8, TopK: 4, Activation: activation.SwigluBias,
+		Chain: moe.ChainMXFP8, Recipe: mxfp.RecipeRCeil, WeightSeed: 5}
+	w, err := validation.GenerateWeights(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.W31Bias, w.W2Bias = make([]float32, w.E*2*w.N), make([]float32, w.E*w.K)
+	for i := range w.W31Bias {
+		w.W31Bias[i] = float32(i%9-4) / 4
+	}
+	dir = t.TempDir()
+	ck = filepath.Join(dir, "ckpt")
+	os.Mkdir(ck, 0o755)
+	if err := checkpoint.Write(ck, checkpoint.FormatGPTOSS, w, 2, 2); err != nil {
+		t.Fatal(err)
+	}
+	const m = 5
+	x, logits := make([]float32, m*w.K), make([]float32, m*w.E)
+	for i := range x {
+		x[i] = float32(i%17) - 8
+	}
+	for i := range logits {
+		logits[i] = float32((i*7)%11) / 3
+	}
+	xt, _ := safetensors.FromFloat32As("x", safetensors.BF16, []int{m, w.K}, x)
+	inputs = filepath.Join(dir, "inputs.safetensors")
+	if err := safetensors.WriteFile(inputs, []*safetensors.Tensor{xt, safetensors.FromFloat32("router_logits", []int{m, w.E}, logits)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return dir, ck, inputs
+}
+
 // The several-GPU flags are checked before anything is opened: each bad
 // combination is a usage error naming the flag or variable.
 func TestDevicesFlags(t *testing.T) {
@@ -359,9 +368,9 @@ func TestDevicesFlags(t *testing.T) {
 		want string
 	}{
 		{runValidate, []string{"--devices", "2"}, nil, "--devices 2 needs --backend cuda"},
-		{runValidate, []string{"--devices", "0", "--backend", "cuda"}, nil, "--devices 0: want at least 1"},
+		{runValidate, []string{"--devices", "0", "--backend", "cuda"}, nil, "--devices 0: want 1 to 64"},
 		{runValidate, []string{"--backend", "cuda"}, map[string]string{"RANK": "1", "WORLD_SIZE": "2"}, "needs --nccl-id-file FILE or NCCL_COMM_ID"},
-		{runValidate, []string{"--backend", "cuda", "--devices", "4", "--nccl-id-file", "x"}, map[string]string{"RANK": "1", "WORLD_SIZE": "2"}, "--devices 4, but the launcher's world size is 2"},
+		{runValidate, []string{"--backend", "cuda", "--devices", "4", "--nccl-id-file", "x"}, map[string]string{"RANK": "1", "WORLD_SIZE": "2"}, "--devices 4, but the launcher's world size (RANK/WORLD_SIZE) is 2"},
 		{runValidate, []string{"--backend", "cuda"}, map[string]string{"RANK": "2", "WORLD_SIZE": "2"}, "want 0 <= rank < world size"},
 		{runValidate, []string{"--devices", "2", "--backend", "cuda", "--nccl-timeout", "0s"}, nil, "--nccl-timeout 0s"},
 		{runBench, []string{"--devices", "2", "--nccl-id-file", "x"}, map[string]string{"RANK": "0", "WORLD_SIZE": "2"}, "runs all devices from one process"},

@@ -37,7 +37,7 @@ func runPlan(args []string) error {
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		return fmt.Errorf("unknown model %q (known: %s)", *model, strings.Join(names, ", "))
+		return usagef("unknown model %q (known: %s)", *model, strings.Join(names, ", "))
 	}
 	if *epDevices > 0 {
 		return printEPLayer(m, plan.EPLayer{Devices: *epDevices, Tokens: d.Tokens, Hidden: m.K, TopK: m.TopK, Experts: *epExperts}, *linkGBps)

@@ -2,11 +2,12 @@ package main
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"kimimoe/backend"
 	"kimimoe/safetensors"
-	"kimimoe/validation"
 )
 
 func runRun(args []string) error {
@@ -30,18 +31,24 @@ func runRun(args []string) error {
 	}
 	// Everything about the output is checked before the work: it is not
 	// an input, not a device or FIFO, and its directory takes a file.
-	if _, err := safetensors.CheckOutput(*out, *in, *cf.inputs); err != nil {
+	if !(*maxMem > 0) {
+		return usagef("--max-memory-gib %v: want a positive number", *maxMem)
+	}
+	if err := checkOutput("out", *out, kindSafetensors, append(inputsOf(*in, *cf.inputs), checkpointFiles(*cf.dir)...)...); err != nil {
 		return err
 	}
-	var c *validation.Case
-	var err error
-	if *in != "" {
-		c, err = validation.ReadCase(*in)
-	} else if c, err = cf.load(); err == nil {
-		*in = c.Name
+	if !slices.Contains(backend.Names(), *name) {
+		return usagef("unknown backend %q (have %s)", *name, strings.Join(backend.Names(), ", "))
 	}
+	c, notes, err := cf.loadAny(*in)
 	if err != nil {
 		return err
+	}
+	if *in == "" {
+		*in = c.Name
+	}
+	for _, n := range notes {
+		fmt.Printf("note: %s\n", n)
 	}
 	w := c.Weights
 	pairs := 0

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"kimimoe/backend"
 	"kimimoe/moe"
 	"kimimoe/mxfp"
+	"kimimoe/safetensors"
 	"kimimoe/validation"
 )
 
@@ -25,6 +27,7 @@ func runValidate(args []string) error {
 	requireSitu := fs.Bool("require-situ", false, "fail if the backend cannot run SiTU")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this file (- for stdout; the table then goes to stderr)")
 	runs := fs.Int("runs", 3, "forward runs per case (bitwise determinism check)")
+	writeCases := fs.String("write-cases", "", "instead of validating: write each case of the suite as DIR/NAME.safetensors with its oracle output DIR/NAME.out.safetensors (what check --dir reads)")
 	gf := addGroupFlags(fs, "replicated, dispatch", "replicated")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -50,6 +53,15 @@ func runValidate(args []string) error {
 	}
 	if *runs < 1 || *runs > 100 {
 		return usagef("--runs %d: want 1 to 100", *runs)
+	}
+	if *writeCases != "" {
+		if *jsonPath != "" {
+			return usagef("--write-cases writes cases, not a validation report: drop --json")
+		}
+		return writeSuiteCases(*writeCases, *suite, act, chain, recipe)
+	}
+	if err := checkJSONOutput(*jsonPath); err != nil {
+		return err
 	}
 	var out io.Writer = os.Stdout
 	if *jsonPath == "-" {
@@ -132,4 +144,66 @@ func printResult(w io.Writer, r backend.Result) {
 		fmt.Fprintf(w, "  %s", r.Detail)
 	}
 	fmt.Fprintln(w)
+}
+
+// writeSuiteCases writes the suite's cases and their oracle outputs into
+// dir (created if absent), checking every path before writing the first.
+func writeSuiteCases(dir, suite string, act activation.Kind, chain moe.Chain, recipe mxfp.Recipe) error {
+	specs, err := validation.ValidationMatrix(suite, act, chain, recipe)
+	if err != nil {
+		return asUsage(err)
+	}
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		return usagef("--write-cases %s is not a directory", dir)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return usagef("--write-cases: %v", err)
+	}
+	for _, s := range specs {
+		for _, name := range []string{s.Name + ".safetensors", s.Name + ".out.safetensors"} {
+			if err := checkOutput("write-cases", filepath.Join(dir, name), kindSafetensors); err != nil {
+				return err
+			}
+		}
+	}
+	p := newProgress()
+	defer p.done()
+	weights := map[[5]uint64]*moe.Weights{}
+	for i := range specs {
+		s := &specs[i]
+		p.update("case %d/%d %s", i+1, len(specs), s.Name)
+		key := [5]uint64{s.WeightSeed, uint64(s.K), uint64(s.N), uint64(s.ELocal), uint64(s.Activation)}
+		w := weights[key]
+		if w == nil {
+			if w, err = validation.GenerateWeights(s); err != nil {
+				return err
+			}
+			weights[key] = w
+		}
+		c, err := validation.GenerateCase(s, w)
+		if err != nil {
+			return err
+		}
+		ref, err := c.OracleForward(nil)
+		if err != nil {
+			return err
+		}
+		out := make([]float32, len(ref))
+		for j, v := range ref {
+			out[j] = float32(v)
+		}
+		casePath := filepath.Join(dir, s.Name+".safetensors")
+		if err := validation.WriteCase(casePath, c); err != nil {
+			return err
+		}
+		md := map[string]string{"backend": "oracle", "case": s.Name, "chain": c.Spec.Chain.String(), "recipe": c.Spec.Recipe.String()}
+		if err := safetensors.WriteFile(filepath.Join(dir, s.Name+".out.safetensors"),
+			[]*safetensors.Tensor{safetensors.FromFloat32("out", []int{c.Input.M, c.Weights.K}, out)}, md); err != nil {
+			return err
+		}
+		p.clear()
+		fmt.Printf("wrote %s (+ .out): %s\n", casePath, s.Shape())
+	}
+	fmt.Printf("validate: wrote %d cases of suite %s to %s (kimimoe check --dir %s checks them)\n", len(specs), suite, dir, dir)
+	return nil
 }
