@@ -103,6 +103,19 @@ func runBench(args []string) error {
 			return usagef("%s %d: must be a positive multiple of 32 (MX blocks), or 0 for Kimi's", d.flag, d.v)
 		}
 	}
+	if err := checkJSONOutput(*jsonPath, inputsOf(*peersPath)...); err != nil {
+		return err
+	}
+	var plotFmt string
+	if *plotPath != "" {
+		var kind outputKind
+		if plotFmt, kind, err = plotFormat(*plotPath); err != nil {
+			return err
+		}
+		if err := checkOutput("plot", *plotPath, kind, inputsOf(*peersPath, *jsonPath)...); err != nil {
+			return err
+		}
+	}
 	if group {
 		ms, err := parseTokenCounts(*msFlag)
 		if err != nil {
@@ -316,9 +329,16 @@ func runBench(args []string) error {
 			if err := readJSON(*peersPath, peers); err != nil {
 				return err
 			}
+			if err := peers.check(*peersPath); err != nil {
+				return err
+			}
 		}
 		doc := benchDoc{Backend: b.Name(), Device: b.Capabilities().Device, Date: time.Now().UTC().Format(time.RFC3339), Rows: rows}
-		if err := writePlot(*plotPath, &doc, peers); err != nil {
+		data, err := drawPlot(plotFmt, &doc, peers)
+		if err != nil {
+			return err
+		}
+		if err := writeOutput(*plotPath, data); err != nil {
 			return err
 		}
 	}

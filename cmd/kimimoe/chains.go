@@ -57,7 +57,7 @@ func runChains(args []string) error {
 	fmt.Printf("oracle chains against the exact chain: Kimi EP32 rank 7 (K=%d N=%d, 28 local experts, 8 of 16 slots local), %v, x recipe %v\n",
 		kimi.K, kimi.N, act, recipe)
 	fmt.Printf("%6s %-11s %-10s %-9s %s\n", "M", "chain", "cosine", "nrmse", "maxabs")
-	p := newProgress()
+	p := stepProgress()
 	defer p.done()
 	for _, m := range ms {
 		s := base

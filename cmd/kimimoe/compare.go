@@ -73,6 +73,12 @@ func runCompare(args []string) error {
 	if err := readJSON(*peersPath, &peers); err != nil {
 		return asUsage(err)
 	}
+	if err := doc.check(*benchPath); err != nil {
+		return err
+	}
+	if err := peers.check(*peersPath); err != nil {
+		return err
+	}
 	if kimi := moe.KimiK3(); (doc.K != 0 && doc.K != kimi.K) || (doc.N != 0 && doc.N != kimi.N) {
 		return usagef("%s: benched at K=%d N=%d; the peer runs Kimi's K=%d N=%d", *benchPath, doc.K, doc.N, kimi.K, kimi.N)
 	}

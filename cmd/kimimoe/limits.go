@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -27,9 +28,22 @@ func parseTokenCounts(s string) ([]int, error) {
 // with --max-memory-gib, naming what needs it.
 func checkMemory(what string, bytes float64, limitGiB float64) error {
 	if gib := bytes / (1 << 30); gib > limitGiB {
-		return usagef("%s needs about %.1f GiB of memory, over the --max-memory-gib limit of %.0f GiB (raise the limit to run it anyway)", what, gib, limitGiB)
+		return usagef("%s needs about %s of memory, over the --max-memory-gib limit of %s (raise the limit to run it anyway)", what, byteSize(bytes), byteSize(limitGiB*(1<<30)))
 	}
 	return nil
+}
+
+// byteSize formats a byte count with a unit that keeps it readable.
+func byteSize(b float64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.3g GiB", b/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.3g MiB", b/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.3g KiB", b/(1<<10))
+	}
+	return fmt.Sprintf("%.0f bytes", b)
 }
 
 // oracleBytes estimates the oracle's memory for a layer of e experts

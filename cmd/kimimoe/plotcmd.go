@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"image/color"
+	"io"
+	"math"
 	"os"
+	"path/filepath"
 	"sort"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -46,9 +51,21 @@ func runPlot(args []string) error {
 	if *benchPath == "" || *out == "" {
 		return usagef("--bench and --out are required")
 	}
+	format, kind, err := plotFormat(*out)
+	if err != nil {
+		return err
+	}
+	// Everything about the output before anything is read or drawn: a
+	// failed plot leaves an existing file as it was.
+	if err := checkOutput("out", *out, kind, inputsOf(*benchPath, *peersPath)...); err != nil {
+		return err
+	}
 	var doc benchDoc
 	if err := readJSON(*benchPath, &doc); err != nil {
 		return asUsage(err)
+	}
+	if err := doc.check(*benchPath); err != nil {
+		return err
 	}
 	var peers *peerDoc
 	if *peersPath != "" {
@@ -56,14 +73,63 @@ func runPlot(args []string) error {
 		if err := readJSON(*peersPath, peers); err != nil {
 			return asUsage(err)
 		}
+		if err := peers.check(*peersPath); err != nil {
+			return err
+		}
 	}
-	return writePlot(*out, &doc, peers)
-}
-
-func readJSON(path string, v any) error {
-	data, err := os.ReadFile(path)
+	data, err := drawPlot(format, &doc, peers)
 	if err != nil {
 		return err
+	}
+	return writeOutput(*out, data)
+}
+
+// plotFormat maps an output name's extension to gonum/plot's format.
+func plotFormat(path string) (string, outputKind, error) {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".svg":
+		return "svg", kindSVG, nil
+	case ".png":
+		return "png", kindPNG, nil
+	case ".pdf":
+		return "pdf", kindPDF, nil
+	}
+	return "", "", usagef("--out %s: want a .svg, .png or .pdf name", path)
+}
+
+// maxJSONBytes bounds a bench or peer JSON read (a real one is a few KB).
+const maxJSONBytes = 16 << 20
+
+// Bounds on what a plot or comparison takes: far above any real file.
+const (
+	maxRows       = 1000
+	maxLabelBytes = 256
+)
+
+// readJSON reads a JSON input: a regular file (a FIFO would block, a
+// device never end) of at most maxJSONBytes.
+func readJSON(path string, v any) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file (%v)", path, st.Mode().Type())
+	}
+	if st.Size() > maxJSONBytes {
+		return fmt.Errorf("%s is %d bytes; a bench or peer JSON is at most %d", path, st.Size(), maxJSONBytes)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxJSONBytes+1))
+	if err != nil {
+		return err
+	}
+	if len(data) > maxJSONBytes {
+		return fmt.Errorf("%s grew past %d bytes while read", path, maxJSONBytes)
 	}
 	if err := json.Unmarshal(data, v); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
@@ -71,15 +137,64 @@ func readJSON(path string, v any) error {
 	return nil
 }
 
+// check refuses rows a log-log plot or a ratio cannot take, labels too
+// long to print, and two rows of one M.
+func (d *benchDoc) check(path string) error {
+	if len(d.Rows) == 0 || len(d.Rows) > maxRows {
+		return usagef("%s has %d rows; want 1 to %d", path, len(d.Rows), maxRows)
+	}
+	for _, s := range []string{d.Backend, d.Device, d.Date, d.Timing} {
+		if len(s) > maxLabelBytes {
+			return usagef("%s: a label of %d bytes (at most %d)", path, len(s), maxLabelBytes)
+		}
+	}
+	seen := map[int]bool{}
+	for i, r := range d.Rows {
+		switch {
+		case r.M < 1 || r.M > maxTokens:
+			return usagef("%s: row %d has M = %d; want 1 to %d", path, i, r.M, maxTokens)
+		case !(r.MedianMS > 0) || !(r.FloorMS > 0) || math.IsInf(r.MedianMS, 0) || math.IsInf(r.FloorMS, 0):
+			return usagef("%s: row %d (M = %d) has median %v ms and floor %v ms; want positive finite times", path, i, r.M, r.MedianMS, r.FloorMS)
+		case seen[r.M]:
+			return usagef("%s: two rows of M = %d", path, r.M)
+		}
+		seen[r.M] = true
+	}
+	return nil
+}
+
+// check is benchDoc.check for a peer's file; rows without a time (M the
+// peer did not run) are allowed and skipped.
+func (d *peerDoc) check(path string) error {
+	if len(d.Rows) > maxRows {
+		return usagef("%s has %d rows; want at most %d", path, len(d.Rows), maxRows)
+	}
+	for _, s := range []string{d.DateUTC, d.Device, d.Timing} {
+		if len(s) > 4*maxLabelBytes {
+			return usagef("%s: a label of %d bytes (at most %d)", path, len(s), 4*maxLabelBytes)
+		}
+	}
+	seen := map[int]bool{}
+	for i, r := range d.Rows {
+		switch {
+		case r.M < 1 || r.M > maxTokens:
+			return usagef("%s: row %d has M = %d; want 1 to %d", path, i, r.M, maxTokens)
+		case math.IsNaN(r.GraphMS) || math.IsInf(r.GraphMS, 0) || r.GraphMS < 0:
+			return usagef("%s: row %d (M = %d) has time %v ms", path, i, r.M, r.GraphMS)
+		case seen[r.M]:
+			return usagef("%s: two rows of M = %d", path, r.M)
+		}
+		seen[r.M] = true
+	}
+	return nil
+}
+
 // palette: kimimoe, the floor, the peer.
 var palette = []color.Color{color.RGBA{31, 119, 180, 255}, color.RGBA{110, 110, 110, 255}, color.RGBA{214, 39, 40, 255}}
 
-// writePlot draws median latency and the floor (and the peer) against M,
-// both axes logarithmic.
-func writePlot(path string, doc *benchDoc, peers *peerDoc) error {
-	if len(doc.Rows) == 0 {
-		return usagef("the bench JSON has no rows")
-	}
+// drawPlot draws median latency and the floor (and the peer) against M,
+// both axes logarithmic, and returns the file's bytes in format.
+func drawPlot(format string, doc *benchDoc, peers *peerDoc) ([]byte, error) {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("kimimoe %s on %s, %.10s", doc.Backend, doc.Device, doc.Date)
 	p.X.Label.Text = "tokens M"
@@ -108,10 +223,10 @@ func writePlot(path string, doc *benchDoc, peers *peerDoc) error {
 		floor = append(floor, plotter.XY{X: float64(r.M), Y: r.FloorMS})
 	}
 	if err := series("kimimoe (median)", kimi, false, 0); err != nil {
-		return err
+		return nil, err
 	}
 	if err := series("floor: max(bytes/bandwidth, FLOPs/FP8 peak)", floor, true, 1); err != nil {
-		return err
+		return nil, err
 	}
 	if peers != nil {
 		var xy plotter.XYs
@@ -122,9 +237,23 @@ func writePlot(path string, doc *benchDoc, peers *peerDoc) error {
 		}
 		if len(xy) > 0 {
 			if err := series("Triton peer (best variant, CUDA graph)", xy, false, 2); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
-	return p.Save(16*vg.Centimeter, 11*vg.Centimeter, path)
+	// One M (or one time) would give a log axis of zero width.
+	for _, ax := range []*plot.Axis{&p.X, &p.Y} {
+		if ax.Min == ax.Max {
+			ax.Min, ax.Max = ax.Min/2, ax.Max*2
+		}
+	}
+	w, err := p.WriterTo(16*vg.Centimeter, 11*vg.Centimeter, format)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }

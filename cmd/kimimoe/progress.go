@@ -11,6 +11,7 @@ import (
 // quiet).
 type progress struct {
 	tty   bool
+	steps bool // a line per step on stderr, terminal or not (long work)
 	start time.Time
 	shown bool
 }
@@ -21,6 +22,10 @@ func newProgress() *progress {
 }
 
 func (p *progress) update(format string, a ...any) {
+	if p.steps {
+		fmt.Fprintf(os.Stderr, "[%5.1fs] %s\n", time.Since(p.start).Seconds(), fmt.Sprintf(format, a...))
+		return
+	}
 	if !p.tty || time.Since(p.start) < time.Second {
 		return
 	}
@@ -29,6 +34,15 @@ func (p *progress) update(format string, a ...any) {
 }
 
 // clear erases the status line (before printing a result line).
+// stepProgress is a progress for long work (minutes): on a terminal the
+// status line, otherwise a line per step, so that a piped run shows it is
+// alive.
+func stepProgress() *progress {
+	p := newProgress()
+	p.steps = !p.tty
+	return p
+}
+
 func (p *progress) clear() {
 	if p.shown {
 		fmt.Fprint(os.Stderr, "\r\033[K")

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"kimimoe/safetensors"
+)
+
+// expect runs a command line and checks its exit status and that stderr
+// (or, for status 0, stdout) mentions want.
+func expect(t *testing.T, code int, want string, args ...string) {
+	t.Helper()
+	got, out, errOut := runCmd(t, args...)
+	text := errOut
+	if code == 0 {
+		text = out
+	}
+	if got != code || !strings.Contains(text, want) {
+		t.Errorf("%v: exit %d (want %d)\nstdout %.300q\nstderr %.300q\nwant %q", args, got, code, out, errOut, want)
+	}
+}
+
+// sameBytes checks that a file is unchanged.
+func sameBytes(t *testing.T, path string, before []byte) {
+	t.Helper()
+	after, err := os.ReadFile(path)
+	if err != nil || string(after) != string(before) {
+		t.Errorf("%s changed (%v)", path, err)
+	}
+}
+
+// No output replaces a checkpoint file, a case or a candidate (B3, B4), a
+// FIFO never blocks (B5), and a refused plot leaves its file as it was
+// (B17).
+func TestOutputsNeverDestroyInputs(t *testing.T) {
+	dir, ck, inputs := smallCheckpoint(t)
+	shard := filepath.Join(ck, "model-00001-of-00002.safetensors")
+	index := filepath.Join(ck, "model.safetensors.index.json")
+	shardBytes, _ := os.ReadFile(shard)
+	indexBytes, _ := os.ReadFile(index)
+	for _, target := range []string{shard, index} {
+		expect(t, 2, "is the input file", "case", "--checkpoint", ck, "--layer", "2", "--inputs", inputs, "--out", target)
+		expect(t, 2, "is the input file", "run", "--checkpoint", ck, "--layer", "2", "--inputs", inputs, "--out", target)
+	}
+	sameBytes(t, shard, shardBytes)
+	sameBytes(t, index, indexBytes)
+
+	caseFile := filepath.Join(dir, "case.safetensors")
+	expect(t, 0, "wrote", "case", "--checkpoint", ck, "--layer", "2", "--inputs", inputs, "--out", caseFile)
+	cand := filepath.Join(dir, "out.safetensors")
+	expect(t, 0, "wrote", "run", "--case", caseFile, "--out", cand)
+	caseBytes, _ := os.ReadFile(caseFile)
+	candBytes, _ := os.ReadFile(cand)
+	expect(t, 2, "is the input file", "check", "--case", caseFile, "--candidate", cand, "--json", cand)
+	expect(t, 2, "is not a JSON file", "validate", "--json", caseFile)
+	link := filepath.Join(dir, "link.json")
+	os.Symlink(caseFile, link)
+	expect(t, 2, "is the input file", "check", "--case", caseFile, "--candidate", cand, "--json", link)
+	sameBytes(t, caseFile, caseBytes)
+	sameBytes(t, cand, candBytes)
+
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		expect(t, 2, "FIFO", "validate", "--json", fifo)
+		expect(t, 2, "not a regular file", "plot", "--bench", fifo, "--out", filepath.Join(dir, "p.svg"))
+		expect(t, 2, "not a regular file", "compare", "--bench", fifo, "--peers", fifo)
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a FIFO blocked the command")
+	}
+	expect(t, 2, "not a regular file", "plot", "--bench", "/dev/zero", "--out", filepath.Join(dir, "p.svg"))
+
+	bench := filepath.Join(dir, "bench.json")
+	os.WriteFile(bench, []byte(`{"backend": "cuda", "device": "GPU", "date": "2026-12-02T00:00:00Z", "rows": [{"m": 1, "median_ms": 0.05, "floor_ms": 0.02}]}`), 0o644)
+	benchBytes, _ := os.ReadFile(bench)
+	expect(t, 2, "want a .svg, .png or .pdf name", "plot", "--bench", bench, "--out", bench)
+	svgNamed := filepath.Join(dir, "bench.svg") // a JSON named .svg: still the input
+	os.WriteFile(svgNamed, benchBytes, 0o644)
+	expect(t, 2, "is the input file", "plot", "--bench", svgNamed, "--out", svgNamed)
+	sameBytes(t, svgNamed, benchBytes)
+	old := filepath.Join(dir, "old.svg")
+	os.WriteFile(old, []byte("<svg>keep</svg>"), 0o644)
+	expect(t, 2, "want a .svg, .png or .pdf name", "plot", "--bench", bench, "--out", filepath.Join(dir, "p.txt"))
+	os.WriteFile(filepath.Join(dir, "neg.json"), []byte(`{"rows": [{"m": 0, "median_ms": 0.05, "floor_ms": 0.02}]}`), 0o644)
+	expect(t, 2, "M = 0", "plot", "--bench", filepath.Join(dir, "neg.json"), "--out", old)
+	sameBytes(t, bench, benchBytes)
+	sameBytes(t, old, []byte("<svg>keep</svg>"))
+	expect(t, 0, "", "plot", "--bench", bench, "--out", old) // one row: a plot, not a panic
+	if data, _ := os.ReadFile(old); !strings.Contains(string(data), "<svg") || strings.Contains(string(data), "keep") {
+		t.Errorf("one-row plot: %.80q", data)
+	}
+}
+
+// plot and compare refuse rows a log plot or a ratio cannot take (B18, the
+// log-scale panic), two rows of one M (B19: compare paired them with one
+// peer row) and sizes no bench writes (B25).
+func TestPlotAndCompareRefuseNonsense(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(text), 0o644)
+		return p
+	}
+	out := filepath.Join(dir, "p.svg")
+	peers := write("peers.json", `{"date_utc": "2026-12-02T00:01:00Z", "device": "GPU", "rows": [{"M": 1, "triton_graph_ms": 0.2}]}`)
+	for _, c := range []struct{ json, want string }{
+		{`{"rows": [{"m": 1, "median_ms": 0, "floor_ms": 0.02}]}`, "want positive finite times"},
+		{`{"rows": [{"m": 1, "median_ms": 0.05, "floor_ms": -1}]}`, "want positive finite times"},
+		{`{"rows": [{"m": 4611686018427387904, "median_ms": 0.05, "floor_ms": 0.02}]}`, "M = 4611686018427387904"},
+		{`{"device": "` + strings.Repeat("x", 1000) + `", "rows": [{"m": 1, "median_ms": 0.05, "floor_ms": 0.02}]}`, "a label of 1000 bytes"},
+		{`{"date": "2026-12-02T00:00:00Z", "rows": [{"m": 1, "median_ms": 0.05, "floor_ms": 0.02}, {"m": 1, "median_ms": 0.06, "floor_ms": 0.02}]}`, "two rows of M = 1"},
+	} {
+		b := write("b.json", c.json)
+		expect(t, 2, c.want, "plot", "--bench", b, "--out", out)
+		expect(t, 2, c.want, "compare", "--bench", b, "--peers", peers)
+	}
+	b := write("ok.json", `{"date": "2026-12-02T00:00:00Z", "rows": [{"m": 1, "median_ms": 0.05, "floor_ms": 0.02}]}`)
+	dup := write("dup.json", `{"date_utc": "2026-12-02T00:01:00Z", "rows": [{"M": 1, "triton_graph_ms": 0.2}, {"M": 1, "triton_graph_ms": 0.3}]}`)
+	expect(t, 2, "two rows of M = 1", "compare", "--bench", b, "--peers", dup)
+}
+
+// Slice and routing flags out of range are refused naming the flag, before
+// any allocation (B12 a huge --topk panicked in makeslice; B22, B23 bad
+// values became defaults; B26 parameters of another activation were taken).
+func TestCheckpointFlagsRefuseNonsense(t *testing.T) {
+	dir, ck, inputs := smallCheckpoint(t)
+	out := filepath.Join(dir, "c.safetensors")
+	base := []string{"case", "--checkpoint", ck, "--layer", "2", "--inputs", inputs, "--out", out}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--topk", "1000000000000"}, "--topk 1000000000000: the checkpoint's layer has 8 experts"},
+		{[]string{"--topk", "-3"}, "--topk -3: want at least 1"},
+		{[]string{"--ep-size", "0"}, "--ep-size 0: want at least 1"},
+		{[]string{"--moe-tp", "0"}, "--moe-tp 0: want at least 1"},
+		{[]string{"--moe-tp", "-2"}, "--moe-tp -2: want at least 1"},
+		{[]string{"--situ-beta", "4"}, "--situ-beta: activation swiglu_oai has no such parameter"},
+		{[]string{"--swiglu-limit", "-1"}, "swiglu_limit = -1"},
+	} {
+		expect(t, 2, c.want, append(base, c.args...)...)
+	}
+	expect(t, 2, "--layer -5: want a layer index of 0 or more", "case", "--checkpoint", ck, "--layer", "-5", "--inputs", inputs, "--out", out)
+	for _, cmd := range []string{"run", "check"} {
+		args := []string{cmd, "--checkpoint", ck, "--layer", "2", "--inputs", inputs, "--topk", "1000000000000"}
+		if cmd == "run" {
+			args = append(args, "--out", out)
+		} else {
+			args = append(args, "--candidate", inputs)
+		}
+		expect(t, 2, "the checkpoint's layer has 8 experts", args...)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("a refused case left a file")
+	}
+}
+
+// Infinite router logits are an error naming the logits and the token
+// (B13: it said "topk_weights ... NaN", a tensor the user never gave).
+func TestInfiniteRouterLogits(t *testing.T) {
+	dir, ck, _ := smallCheckpoint(t)
+	x := make([]float32, 2*96)
+	logits := make([]float32, 2*8)
+	logits[8+3] = float32(math.Inf(1))
+	in := filepath.Join(dir, "inf.safetensors")
+	safetensors.WriteFile(in, []*safetensors.Tensor{safetensors.FromFloat32("x", []int{2, 96}, x), safetensors.FromFloat32("router_logits", []int{2, 8}, logits)}, nil)
+	expect(t, 2, "router_logits[1, 3] = +Inf is not finite (token 1)", "case", "--checkpoint", ck, "--layer", "2", "--inputs", in, "--out", filepath.Join(dir, "c.safetensors"))
+}
+
+// A huge --devices is refused at once (B14: it panicked, and 1e9 first
+// allocated 7.8 GB); launcher variables do not stop a Go-backend run
+// (B24), and with the GPU backend the message names the variables read.
+func TestDevicesAndLauncherEnv(t *testing.T) {
+	for _, k := range []string{"KIMIMOE_RANK", "KIMIMOE_WORLD_SIZE", "RANK", "WORLD_SIZE", "NCCL_COMM_ID"} {
+		t.Setenv(k, "")
+	}
+	expect(t, 2, "--devices 1000000000: want 1 to 64", "validate", "--backend", "cuda", "--devices", "1000000000")
+	expect(t, 2, "--devices 1000000000: want 1 to 64", "bench", "--devices", "1000000000")
+	t.Setenv("RANK", "0")
+	t.Setenv("WORLD_SIZE", "1")
+	expect(t, 0, "validate: 22 of 22 cases passed", "validate", "--suite", "smoke")
+	t.Setenv("WORLD_SIZE", "2")
+	expect(t, 0, "validate: 22 of 22 cases passed", "validate", "--suite", "smoke")
+	expect(t, 2, "from RANK/WORLD_SIZE) needs --nccl-id-file", "validate", "--backend", "cuda")
+}
