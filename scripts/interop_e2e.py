@@ -16,7 +16,7 @@ A. GPT-OSS layout: a small layer in GPT-OSS's checkpoint layout (stacked
    each candidate. This checks kimimoe's reading of the GPT-OSS layout
    against transformers'.
 B. A serving stack's tensors: FlashInfer-style swizzled scales and a
-   checkpoint's [gate; up] FC1, written with scripts/kimimoe_case.py; a
+   checkpoint's [gate; up] FC1, written with the python/ helper's dump_case; a
    float64 torch reference is the candidate; a candidate computed with gate
    and up swapped must fail.
 
@@ -31,8 +31,8 @@ import sys
 import torch
 from safetensors.torch import save_file
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__))))
-from kimimoe_case import write_case  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from kimimoe import dump_case as write_case  # noqa: E402
 
 OUT = os.environ.get("OUT", "interop_out")
 os.makedirs(OUT, exist_ok=True)
@@ -239,7 +239,7 @@ def swizzle_scales(lin):
 
 
 def part_b(g):
-    log("== B. serving-stack tensors through scripts/kimimoe_case.py")
+    log("== B. serving-stack tensors through kimimoe.dump_case")
     E, K, N, M, TOPK = 4, 256, 128, 5, 2
     w13 = torch.randint(0, 256, (E, 2 * N, K // 2), generator=g, dtype=torch.int64).to(torch.uint8)  # [gate; up]
     s13 = torch.randint(119, 123, (E, 2 * N, K // 32), generator=g, dtype=torch.int64).to(torch.uint8)

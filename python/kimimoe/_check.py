@@ -1,0 +1,64 @@
+"""Running `kimimoe check` and turning its verdict into a Python result."""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+from . import _safetensors
+
+
+class CheckError(RuntimeError):
+    """kimimoe could not check (a usage or input error: exit status 2), or
+    could not be run at all."""
+
+
+def find_kimimoe(kimimoe=None):
+    """The kimimoe command: the argument, $KIMIMOE, or `kimimoe` on PATH."""
+    exe = kimimoe or os.environ.get("KIMIMOE") or shutil.which("kimimoe")
+    if not exe:
+        raise CheckError("kimimoe not found: pass kimimoe=PATH, set $KIMIMOE, or put it on PATH (go install ./cmd/kimimoe)")
+    return exe
+
+
+def run_check(case_path, candidate_path, *, kimimoe=None, tensor="out", args=(), timeout=None):
+    """Run `kimimoe check --case CASE --candidate CAND --json -`.
+
+    Returns (passed, report dict, text report). Raises CheckError for exit
+    status 2 (the text says which input or flag is bad) or any other
+    failure to run."""
+    cmd = [find_kimimoe(kimimoe), "check", "--case", os.fspath(case_path), "--candidate", os.fspath(candidate_path),
+           "--tensor", tensor, "--json", "-"] + list(args)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise CheckError("running %s: %s" % (cmd[0], e)) from e
+    if p.returncode not in (0, 1):
+        raise CheckError("kimimoe check exited %d: %s" % (p.returncode, p.stderr.strip()))
+    try:
+        report = json.loads(p.stdout)
+    except ValueError as e:
+        raise CheckError("kimimoe check wrote no JSON report: %s\n%s" % (e, p.stderr)) from e
+    return p.returncode == 0, report, p.stderr
+
+
+def assert_close_file(candidate_path, case_path, **kw):
+    """assert_moe_close for a candidate already saved as a safetensors file."""
+    passed, report, text = run_check(case_path, candidate_path, **kw)
+    if not passed:
+        raise AssertionError("kimimoe check failed for %s against case %s\n%s" % (candidate_path, case_path, text))
+    return report
+
+
+def with_candidate_file(write, fn):
+    """Call write(path) on a temporary file, then fn(path); remove it."""
+    d = tempfile.mkdtemp(prefix="kimimoe-")
+    path = os.path.join(d, "candidate.safetensors")
+    try:
+        write(path)
+        return fn(path)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+__all__ = ["CheckError", "find_kimimoe", "run_check", "assert_close_file", "with_candidate_file", "_safetensors"]

@@ -1,0 +1,66 @@
+"""The standard-library half of the helper, against the kimimoe command
+($KIMIMOE, or kimimoe on PATH). Run: python3 -m unittest discover python/tests"""
+import os
+import struct
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import kimimoe  # noqa: E402
+from kimimoe import _safetensors  # noqa: E402
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+GOLDEN = os.path.join(ROOT, "testdata", "golden", "situ_mxfp8_rceil.safetensors")
+
+
+class SafetensorsTest(unittest.TestCase):
+    def test_round_trip(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "t.safetensors")
+            _safetensors.write(p, {"b": _safetensors.f32((2,), [1.5, -2.0]), "a": ("U8", (3,), b"\x01\x02\x03")}, {"k": "v"})
+            ts, md = _safetensors.read(p)
+            self.assertEqual(md, {"k": "v"})
+            self.assertEqual(ts["a"], ("U8", (3,), b"\x01\x02\x03"))
+            self.assertEqual(struct.unpack("<2f", ts["b"][2]), (1.5, -2.0))
+
+    def test_size_mismatch_refused(self):
+        with tempfile.TemporaryDirectory() as d:
+            with self.assertRaises(ValueError):
+                _safetensors.write(os.path.join(d, "t.safetensors"), {"a": ("F32", (2,), b"\x00" * 4)})
+            self.assertEqual(os.listdir(d), [])
+
+
+@unittest.skipUnless(os.environ.get("KIMIMOE") or __import__("shutil").which("kimimoe"), "no kimimoe command")
+class AssertTest(unittest.TestCase):
+    def golden_out(self):
+        ts, _ = _safetensors.read(GOLDEN)
+        dtype, shape, raw = ts["out"]
+        return shape, list(struct.unpack("<%df" % (len(raw) // 4), raw))
+
+    def test_correct_candidate_passes(self):
+        report = kimimoe.assert_moe_close(GOLDEN, GOLDEN)
+        self.assertTrue(report["pass"])
+        self.assertEqual(report["checked"]["chain"], "mxfp8")
+
+    def test_wrong_candidate_raises_with_the_diagnosis(self):
+        shape, v = self.golden_out()
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "cand.safetensors")
+            _safetensors.write(p, {"out": _safetensors.f32(shape, [x * 1.05 for x in v])})
+            with self.assertRaises(AssertionError) as cm:
+                kimimoe.assert_moe_close(p, GOLDEN)
+            self.assertIn("FAIL: NRMSE", str(cm.exception))
+            self.assertIn("hypotheses (best first)", str(cm.exception))
+
+    def test_bad_shape_is_a_check_error(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "cand.safetensors")
+            _safetensors.write(p, {"out": _safetensors.f32((1, 2), [0.0, 0.0])})
+            with self.assertRaises(kimimoe.CheckError) as cm:
+                kimimoe.assert_moe_close(p, GOLDEN)
+            self.assertIn("shape", str(cm.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()

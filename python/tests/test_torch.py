@@ -1,0 +1,80 @@
+"""The torch half of the helper: dump_case from torch tensors, a candidate
+from a torch tensor, and the diagnosis of a layout mistake. Needs torch and
+the kimimoe command ($KIMIMOE or PATH). Run:
+python3 -m unittest discover python/tests"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import kimimoe  # noqa: E402
+from kimimoe import _safetensors  # noqa: E402
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+EXE = os.environ.get("KIMIMOE") or shutil.which("kimimoe")
+
+
+@unittest.skipUnless(torch is not None and EXE, "needs torch and the kimimoe command")
+class TorchTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="kimimoe-test-")
+        g = torch.Generator().manual_seed(5)
+        E, N, K, M, topk = 4, 64, 128, 8, 2
+        self.M, self.K = M, K
+        u8 = lambda *s: torch.randint(0, 256, s, generator=g, dtype=torch.uint8)
+        sc = lambda *s: torch.randint(120, 124, s, generator=g, dtype=torch.uint8)
+        # A checkpoint's FC1 as SGLang holds it: [w1; w3] = [gate; up].
+        self.t = dict(
+            x=torch.randn(M, K, generator=g).to(torch.bfloat16),
+            topk_ids=torch.stack([torch.randperm(E, generator=g)[:topk] for _ in range(M)]),
+            topk_weights=torch.rand(M, topk, generator=g),
+            w31=u8(E, 2 * N, K // 2), w31_scale=sc(E, 2 * N, K // 32),
+            w2=u8(E, K, N // 2), w2_scale=sc(E, K, N // 32),
+            w31_bias=torch.randn(E, 2 * N, generator=g), w2_bias=torch.randn(E, K, generator=g),
+            activation="situ", situ_beta=4.0, situ_linear_beta=25.0)
+        if torch.cuda.is_available():  # tensors where a serving stack has them
+            self.t = {k: v.cuda() if torch.is_tensor(v) else v for k, v in self.t.items()}
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def oracle_out(self, case):
+        """The oracle's output for a case, as a torch tensor (kimimoe run)."""
+        out = self.path("oracle.safetensors")
+        subprocess.run([EXE, "run", "--case", case, "--out", out], check=True, capture_output=True)
+        ts, _ = _safetensors.read(out)
+        dtype, shape, raw = ts["out"]
+        return torch.frombuffer(bytearray(raw), dtype=torch.float32).reshape(shape)
+
+    def test_dump_and_assert(self):
+        case = self.path("case.safetensors")
+        kimimoe.dump_case(case, fc1_layout="gate_up", **self.t)
+        out = self.oracle_out(case)
+        report = kimimoe.assert_moe_close(out, case)
+        self.assertTrue(report["pass"])
+        self.assertEqual(report["checked"]["biases"], "w31_bias, w2_bias")
+        kimimoe.assert_moe_close(out.to(torch.bfloat16), case)  # a bf16 output passes too
+
+    def test_layout_mistake_is_diagnosed(self):
+        right, wrong = self.path("right.safetensors"), self.path("wrong.safetensors")
+        kimimoe.dump_case(right, fc1_layout="gate_up", **self.t)
+        kimimoe.dump_case(wrong, fc1_layout="up_gate", **self.t)  # the [gate; up] rows taken as [up; gate]
+        out = self.oracle_out(right)
+        with self.assertRaises(AssertionError) as cm:
+            kimimoe.assert_moe_close(out, wrong)
+        self.assertIn("most likely: gate_up_swapped", str(cm.exception))
+        print(str(cm.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()
