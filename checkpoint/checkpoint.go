@@ -246,6 +246,9 @@ func (c *Checkpoint) reader(name string) (*safetensors.Reader, string, error) {
 		return nil, shard, ErrClosed
 	}
 	if r := c.readers[shard]; r != nil {
+		if r.Find(name) == nil { // the index maps name to a shard opened for another tensor
+			return nil, shard, bad("shard %s does not hold tensor %q that the index maps to it", shard, name)
+		}
 		return r, shard, nil
 	}
 	r, err := safetensors.Open(filepath.Join(c.Dir, shard))

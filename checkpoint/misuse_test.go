@@ -190,3 +190,64 @@ func TestBadOptionsAndWriteArgs(t *testing.T) {
 		t.Error("nil weights written")
 	}
 }
+
+// FuzzCheckpointDir builds a whole checkpoint directory from the fuzzer's
+// bytes (an index and one shard, or a lone model.safetensors) and runs it
+// through Open, Load and, when it loads, the oracle on two tokens: nothing
+// may panic, hang or allocate past the budget.
+func FuzzCheckpointDir(f *testing.F) {
+	for _, format := range []Format{FormatKimi, FormatGPTOSS} {
+		w := moe.NewWeights(2, 32, 32, true) // small seeds keep the fuzzer fast
+		for i := range w.W31 {
+			w.W31[i] = uint8(i * 37)
+		}
+		for i := range w.W2 {
+			w.W2[i] = uint8(i * 11)
+		}
+		for _, sc := range [][]uint8{w.W31Scale, w.W2Scale} {
+			for i := range sc {
+				sc[i] = 120
+			}
+		}
+		if format == FormatGPTOSS {
+			w.W31Bias, w.W2Bias = make([]float32, 2*64), make([]float32, 2*32)
+		}
+		dir := f.TempDir()
+		must(f, Write(dir, format, w, 0, 1))
+		index, _ := os.ReadFile(filepath.Join(dir, "model.safetensors.index.json"))
+		shard, _ := os.ReadFile(filepath.Join(dir, "model-00001-of-00001.safetensors"))
+		f.Add(index, shard)
+		f.Add([]byte{}, shard)
+	}
+	f.Fuzz(func(t *testing.T, index, shard []byte) {
+		dir := t.TempDir()
+		name := "model.safetensors"
+		if len(index) > 0 {
+			name = "model-00001-of-00001.safetensors"
+			must(t, os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), index, 0o644))
+		}
+		must(t, os.WriteFile(filepath.Join(dir, name), shard, 0o644))
+		ck, err := Open(dir)
+		if err != nil {
+			return
+		}
+		defer ck.Close()
+		l, err := ck.Load(Options{Layer: 0, MaxBytes: 64 << 20})
+		if err != nil {
+			return
+		}
+		w := l.Weights
+		if w.E*w.Rows()*w.K > 1<<20 {
+			return // the oracle on a large layer is slow, not wrong
+		}
+		o, err := moe.NewOracle(w, l.Spec)
+		if err != nil {
+			return
+		}
+		in := &moe.Input{M: 2, TopK: 1, X: make([]float32, 2*w.K), TopKIDs: []int32{0, int32(l.NumExperts - 1)}, TopKWeights: []float32{1, 0.5}}
+		out := make([]float64, 2*w.K)
+		if err := o.Forward(out, in, nil); err != nil {
+			t.Fatalf("a loaded layer's forward: %v", err)
+		}
+	})
+}

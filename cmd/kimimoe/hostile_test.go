@@ -196,3 +196,32 @@ func TestDevicesAndLauncherEnv(t *testing.T) {
 	expect(t, 0, "validate: 22 of 22 cases passed", "validate", "--suite", "smoke")
 	expect(t, 2, "from RANK/WORLD_SIZE) needs --nccl-id-file", "validate", "--backend", "cuda")
 }
+
+// FuzzPlotCompareInputs feeds bench and peer JSON from the fuzzer's bytes
+// through what plot and compare do with them: reading, the row checks,
+// drawing an SVG and pairing the rows. Nothing may panic; a file that
+// passes the checks must draw.
+func FuzzPlotCompareInputs(f *testing.F) {
+	f.Add([]byte(`{"backend": "cuda", "device": "GPU", "date": "2026-12-02T00:00:00Z", "rows": [{"m": 1, "median_ms": 0.05, "floor_ms": 0.02}, {"m": 8, "median_ms": 0.1, "floor_ms": 0.08}]}`),
+		[]byte(`{"date_utc": "2026-12-02T00:01:00Z", "device": "GPU", "rows": [{"M": 1, "triton_graph_ms": 0.2}, {"M": 8, "triton_graph_ms": 0}]}`))
+	f.Add([]byte(`{"rows": [{"m": 1, "median_ms": 1e-300, "floor_ms": 1e300}]}`), []byte(`{"rows": []}`))
+	f.Fuzz(func(t *testing.T, benchJSON, peerJSON []byte) {
+		dir := t.TempDir()
+		bp, pp := filepath.Join(dir, "b.json"), filepath.Join(dir, "p.json")
+		os.WriteFile(bp, benchJSON, 0o644)
+		os.WriteFile(pp, peerJSON, 0o644)
+		var doc benchDoc
+		var peers peerDoc
+		if readJSON(bp, &doc) != nil || doc.check(bp) != nil {
+			return
+		}
+		var pd *peerDoc
+		if readJSON(pp, &peers) == nil && peers.check(pp) == nil {
+			pd = &peers
+			compareRows(&doc, pd)
+		}
+		if _, err := drawPlot("svg", &doc, pd); err != nil {
+			t.Fatalf("a checked bench JSON does not draw: %v", err)
+		}
+	})
+}
