@@ -76,7 +76,7 @@ func runBench(args []string) error {
 	jsonPath := fs.String("json", "", "also write the results as JSON to this file (- for stdout)")
 	profile := fs.Bool("profile", false, "also print one eager forward's time per kernel, per M")
 	plotPath := fs.String("plot", "", "also draw latency against M to this file (.svg, .png, .pdf)")
-	peersPath := fs.String("peers", "", "with --plot: a peer's JSON (peer_triton.json) to draw beside")
+	peersPath := fs.String("peers", "", "with --plot: peer JSONs to draw beside, comma-separated")
 	decodeMaxM := fs.Int("decode-max-m", 0, "cuda: largest M on the decode path (0: the backend's choice; -1: never)")
 	wgmma := fs.Bool("wgmma", true, "cuda on sm_90: the grouped path's GEMMs on wgmma where they are faster (false: the mma.sync GEMMs, to compare)")
 	wgMinM := fs.Int("wgmma-min-m", 0, "cuda on sm_90: smallest M on the wgmma GEMMs (0: the backend's choice; 1: every grouped M)")
@@ -323,15 +323,9 @@ func runBench(args []string) error {
 		}
 	}
 	if *plotPath != "" {
-		var peers *peerDoc
-		if *peersPath != "" {
-			peers = &peerDoc{}
-			if err := readJSON(*peersPath, peers); err != nil {
-				return err
-			}
-			if err := peers.check(*peersPath); err != nil {
-				return err
-			}
+		peers, err := readPeers(*peersPath)
+		if err != nil {
+			return err
 		}
 		doc := benchDoc{Backend: b.Name(), Device: b.Capabilities().Device, Date: time.Now().UTC().Format(time.RFC3339), Rows: rows}
 		data, err := drawPlot(plotFmt, &doc, peers)

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strings"
 	"time"
 
 	"kimimoe/moe"
@@ -15,33 +14,44 @@ import (
 // JSON files of a run (bench --json and the peer script's
 // peer_triton.json) instead of by hand.
 
-// compareRow is one M present in both files.
+// compareRow is one M of the bench with a time from at least one peer.
 type compareRow struct {
 	M               int
 	Path            string
-	MS, FloorMS     float64 // kimimoe's median and the floor, ms
-	XFloor          float64 // MS / FloorMS
-	PeerMS          float64 // the peer's best CUDA-graph time, ms
-	PeerOverKimimoe float64 // PeerMS / MS: above 1, kimimoe is ahead
+	MS, FloorMS     float64   // kimimoe's median and the floor, ms
+	XFloor          float64   // MS / FloorMS
+	PeerMS          []float64 // each peer's best CUDA-graph time, ms (0: none at this M)
+	PeerOverKimimoe []float64 // PeerMS / MS: above 1, kimimoe is ahead
 }
 
-// compareRows pairs the bench rows with the peer rows of the same M
+// compareRows pairs the bench rows with the peers' rows of the same M
 // (peer rows without a time are skipped), in increasing M.
-func compareRows(doc *benchDoc, peers *peerDoc) []compareRow {
-	peer := map[int]float64{}
-	for _, r := range peers.Rows {
-		if r.GraphMS > 0 {
-			peer[r.M] = r.GraphMS
+func compareRows(doc *benchDoc, peers []*peerDoc) []compareRow {
+	times := make([]map[int]float64, len(peers))
+	for j, pd := range peers {
+		times[j] = map[int]float64{}
+		for i, r := range pd.Rows {
+			if t := pd.ms(i); t > 0 {
+				times[j][r.M] = t
+			}
 		}
 	}
 	var rows []compareRow
 	for _, r := range doc.Rows {
-		p, ok := peer[r.M]
-		if !ok || r.MedianMS <= 0 {
+		if r.MedianMS <= 0 {
 			continue
 		}
-		rows = append(rows, compareRow{M: r.M, Path: r.Path, MS: r.MedianMS, FloorMS: r.FloorMS,
-			XFloor: r.MedianMS / r.FloorMS, PeerMS: p, PeerOverKimimoe: p / r.MedianMS})
+		row := compareRow{M: r.M, Path: r.Path, MS: r.MedianMS, FloorMS: r.FloorMS, XFloor: r.MedianMS / r.FloorMS}
+		any := false
+		for j := range peers {
+			p := times[j][r.M]
+			row.PeerMS = append(row.PeerMS, p)
+			row.PeerOverKimimoe = append(row.PeerOverKimimoe, p/r.MedianMS)
+			any = any || p > 0
+		}
+		if any {
+			rows = append(rows, row)
+		}
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].M < rows[j].M })
 	return rows
@@ -54,9 +64,9 @@ const maxApart = 30 * time.Minute
 
 // runCompare prints kimimoe's bench rows beside the peer's.
 func runCompare(args []string) error {
-	fs := newFlags("compare", "--bench bench.json --peers peer_triton.json [--markdown] [--any-time]")
+	fs := newFlags("compare", "--bench bench.json --peers peer.json[,peer2.json] [--markdown] [--any-time]")
 	benchPath := fs.String("bench", "", "JSON written by kimimoe bench --json")
-	peersPath := fs.String("peers", "", "JSON written by the peer script (peer_triton.json)")
+	peersPath := fs.String("peers", "", "JSONs written by the peer scripts of the same call, comma-separated (bench/README.md)")
 	markdown := fs.Bool("markdown", false, "print a Markdown table (for docs/PERF.md)")
 	anyTime := fs.Bool("any-time", false, fmt.Sprintf("compare files more than %v apart (not one call)", maxApart))
 	if err := parse(fs, args); err != nil {
@@ -66,52 +76,74 @@ func runCompare(args []string) error {
 		return usagef("--bench and --peers are required")
 	}
 	var doc benchDoc
-	var peers peerDoc
 	if err := readJSON(*benchPath, &doc); err != nil {
-		return asUsage(err)
-	}
-	if err := readJSON(*peersPath, &peers); err != nil {
 		return asUsage(err)
 	}
 	if err := doc.check(*benchPath); err != nil {
 		return err
 	}
-	if err := peers.check(*peersPath); err != nil {
+	peers, err := readPeers(*peersPath)
+	if err != nil {
 		return err
 	}
 	if kimi := moe.KimiK3(); (doc.K != 0 && doc.K != kimi.K) || (doc.N != 0 && doc.N != kimi.N) {
-		return usagef("%s: benched at K=%d N=%d; the peer runs Kimi's K=%d N=%d", *benchPath, doc.K, doc.N, kimi.K, kimi.N)
+		return usagef("%s: benched at K=%d N=%d; the peers run Kimi's K=%d N=%d", *benchPath, doc.K, doc.N, kimi.K, kimi.N)
 	}
 	if !*anyTime {
-		if err := sameCall(doc.Date, peers.DateUTC); err != nil {
-			return usagef("%s and %s: %v (--any-time to compare them anyway)", *benchPath, *peersPath, err)
+		for _, pd := range peers {
+			if err := sameCall(doc.Date, pd.when()); err != nil {
+				return usagef("%s and %s's file: %v (--any-time to compare them anyway)", *benchPath, pd.name(), err)
+			}
 		}
 	}
-	rows := compareRows(&doc, &peers)
+	rows := compareRows(&doc, peers)
 	if len(rows) == 0 {
 		return usagef("%s and %s have no token count M in common", *benchPath, *peersPath)
 	}
-	fmt.Fprintf(os.Stdout, "kimimoe %s on %s (%s) against the peer on %s (%s)\n", doc.Backend, doc.Device, doc.Date, peers.Device, peers.DateUTC)
 	timing := doc.Timing
 	if timing == "" {
-		timing = "not recorded in its file (written before bench recorded it: docs/PERF.md says how it was timed)"
+		timing = "not recorded in its file"
 	}
-	peerTiming := strings.SplitN(peers.Timing, ";", 2)[0] // its method, before the script's notes
-	if peerTiming == "" {
-		peerTiming = "not recorded in its file"
+	fmt.Fprintf(os.Stdout, "kimimoe %s on %s (%s); timing: %s\n", doc.Backend, doc.Device, doc.Date, timing)
+	for _, pd := range peers {
+		t := pd.timing()
+		if t == "" {
+			t = "not recorded in its file"
+		}
+		fmt.Fprintf(os.Stdout, "peer %s on %s (%s); timing: %s\n", pd.name(), pd.Device, pd.when(), t)
 	}
-	fmt.Fprintf(os.Stdout, "timing: kimimoe %s; the peer %s\n", timing, peerTiming)
 	if *markdown {
-		fmt.Fprintln(os.Stdout, "\n| M | path | kimimoe ms | floor ms | x floor | peer ms (graph) | peer / kimimoe |")
-		fmt.Fprintln(os.Stdout, "| --- | --- | --- | --- | --- | --- | --- |")
+		head, rule := "| M | path | kimimoe ms | floor ms | x floor |", "| --- | --- | --- | --- | --- |"
+		for _, pd := range peers {
+			head += fmt.Sprintf(" %s ms (graph) | %s / kimimoe |", pd.name(), pd.name())
+			rule += " --- | --- |"
+		}
+		fmt.Fprintln(os.Stdout, "\n"+head)
+		fmt.Fprintln(os.Stdout, rule)
 		for _, r := range rows {
-			fmt.Fprintf(os.Stdout, "| %d | %s | %.4f | %.4f | %.2f | %.3f | %.2f |\n", r.M, r.Path, r.MS, r.FloorMS, r.XFloor, r.PeerMS, r.PeerOverKimimoe)
+			fmt.Fprintf(os.Stdout, "| %d | %s | %.4f | %.4f | %.2f |", r.M, r.Path, r.MS, r.FloorMS, r.XFloor)
+			for j := range peers {
+				if r.PeerMS[j] > 0 {
+					fmt.Fprintf(os.Stdout, " %.3f | %.2f |", r.PeerMS[j], r.PeerOverKimimoe[j])
+				} else {
+					fmt.Fprint(os.Stdout, " - | - |")
+				}
+			}
+			fmt.Fprintln(os.Stdout)
 		}
 		return nil
 	}
-	fmt.Fprintf(os.Stdout, "%6s  %-10s %10s %9s %8s %9s %15s\n", "M", "path", "kimimoe ms", "floor ms", "x floor", "peer ms", "peer / kimimoe")
+	fmt.Fprintf(os.Stdout, "%6s  %-10s %10s %9s %8s", "M", "path", "kimimoe ms", "floor ms", "x floor")
+	for j := range peers {
+		fmt.Fprintf(os.Stdout, " %9s %8s", fmt.Sprintf("peer%d ms", j+1), "ratio")
+	}
+	fmt.Fprintln(os.Stdout)
 	for _, r := range rows {
-		fmt.Fprintf(os.Stdout, "%6d  %-10s %10.4f %9.4f %8.2f %9.3f %15.2f\n", r.M, r.Path, r.MS, r.FloorMS, r.XFloor, r.PeerMS, r.PeerOverKimimoe)
+		fmt.Fprintf(os.Stdout, "%6d  %-10s %10.4f %9.4f %8.2f", r.M, r.Path, r.MS, r.FloorMS, r.XFloor)
+		for j := range peers {
+			fmt.Fprintf(os.Stdout, " %9.3f %8.2f", r.PeerMS[j], r.PeerOverKimimoe[j])
+		}
+		fmt.Fprintln(os.Stdout)
 	}
 	return nil
 }

@@ -215,9 +215,9 @@ func FuzzPlotCompareInputs(f *testing.F) {
 		if readJSON(bp, &doc) != nil || doc.check(bp) != nil {
 			return
 		}
-		var pd *peerDoc
+		var pd []*peerDoc
 		if readJSON(pp, &peers) == nil && peers.check(pp) == nil {
-			pd = &peers
+			pd = []*peerDoc{&peers, &peers}
 			compareRows(&doc, pd)
 		}
 		if _, err := drawPlot("svg", &doc, pd); err != nil {

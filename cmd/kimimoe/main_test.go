@@ -298,17 +298,21 @@ func TestCheckpointToVerdict(t *testing.T) {
 	}
 }
 
-// plot draws the committed bench JSON and peer JSON to an SVG; a bench
-// file with no rows is a usage error.
+// plot draws a bench JSON and two peers' JSONs to an SVG; a bench file
+// with no rows is a usage error.
 func TestPlotCommand(t *testing.T) {
-	out := filepath.Join(t.TempDir(), "bench.svg")
-	bench := filepath.Join("..", "..", "docs", "gpu-runs", "bench.json")
-	peers := filepath.Join("..", "..", "docs", "gpu-runs", "peer_triton.json")
-	if err := runPlot([]string{"--bench", bench, "--peers", peers, "--out", out}); err != nil {
+	dir := t.TempDir()
+	out := filepath.Join(dir, "bench.svg")
+	bench, peers, tk := filepath.Join(dir, "bench.json"), filepath.Join(dir, "peer.json"), filepath.Join(dir, "tk.json")
+	os.WriteFile(bench, []byte(`{"backend": "cuda", "device": "GPU", "date": "2026-12-02T00:00:00Z", "rows": [
+		{"m": 1, "median_ms": 0.05, "floor_ms": 0.03}, {"m": 128, "median_ms": 0.23, "floor_ms": 0.12}]}`), 0o644)
+	os.WriteFile(peers, []byte(`{"peer": "Triton MX MoE", "rows": [{"M": 1, "triton_graph_ms": 0.2}, {"M": 128, "triton_graph_ms": 0.7}]}`), 0o644)
+	os.WriteFile(tk, []byte(`{"peer": "triton_kernels", "rows": [{"m": 1, "graph_ms": 0.13}, {"m": 128, "graph_ms": 0.37}]}`), 0o644)
+	if err := runPlot([]string{"--bench", bench, "--peers", peers + "," + tk, "--out", out}); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(out)
-	if err != nil || !bytes.Contains(data, []byte("<svg")) || !bytes.Contains(data, []byte("Triton peer")) {
+	if err != nil || !bytes.Contains(data, []byte("<svg")) || !bytes.Contains(data, []byte("Triton MX MoE")) || !bytes.Contains(data, []byte("triton_kernels")) {
 		t.Fatalf("plot: %v, %d bytes", err, len(data))
 	}
 	empty := filepath.Join(t.TempDir(), "empty.json")
@@ -487,7 +491,7 @@ func TestCompareCommand(t *testing.T) {
 	if strings.Contains(out, "| 8 |") || strings.Contains(out, "| 512 |") {
 		t.Errorf("compare printed an M that is not in both files:\n%s", out)
 	}
-	if !strings.Contains(out, "timing: kimimoe not recorded in its file") || !strings.Contains(out, "the peer not recorded in its file") {
+	if !strings.Contains(out, "(2026-11-30T23:24:28Z); timing: not recorded in its file") || !strings.Contains(out, "(2026-11-30T23:26:00Z); timing: not recorded in its file") {
 		t.Errorf("compare printed no line saying that neither file records its timing:\n%s", out)
 	}
 	// Both methods as the files record them (the peer's up to its notes).
@@ -496,8 +500,23 @@ func TestCompareCommand(t *testing.T) {
 	timedPeers := write("timed_peers.json", `{"date_utc": "2026-11-30T23:26:00Z", "device": "GPU", "timing": "do_bench median; notes",
 		"rows": [{"M": 1, "triton_graph_ms": 0.2}]}`)
 	out, err = capture(t, func() error { return runCompare([]string{"--bench", timed, "--peers", timedPeers}) })
-	if err != nil || !strings.Contains(out, "timing: kimimoe CUDA events, read flush; the peer do_bench median\n") {
+	if err != nil || !strings.Contains(out, "timing: CUDA events, read flush\n") || !strings.Contains(out, "timing: do_bench median\n") {
 		t.Errorf("compare of files that record their timing printed (%v)\n%s", err, out)
+	}
+	// Two peers, the second in triton_kernels' script's form (date, m,
+	// graph_ms, peer): a column pair each; an M only one peer has shows
+	// the other's as "-".
+	tk := write("tk.json", `{"peer": "triton_kernels", "date": "2026-11-30T23:28:00+00:00", "device": "GPU",
+		"timing": {"graph_ms": "CUDA graph replays; notes"}, "rows": [{"m": 1, "graph_ms": 0.1}, {"m": 8, "graph_ms": 0.25}]}`)
+	out, err = capture(t, func() error {
+		return runCompare([]string{"--bench", bench, "--peers", peers + "," + tk, "--markdown"})
+	})
+	for _, want := range []string{"| triton_kernels ms (graph) | triton_kernels / kimimoe |", "| 1 | wgmma-fp4 | 0.0500 | 0.0250 | 2.00 | 0.200 | 4.00 | 0.100 | 2.00 |",
+		"| 8 | wgmma-fp4 | 0.2000 | 0.1000 | 2.00 | - | - | 0.250 | 1.25 |", "| 128 | wgmma-fp4 | 0.5000 | 0.1250 | 4.00 | 0.750 | 1.50 | - | - |",
+		"timing: CUDA graph replays\n"} {
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("two peers (%v): no %q in\n%s", err, want, out)
+		}
 	}
 	apart := write("apart.json", `{"date_utc": "2026-11-30T21:00:00Z", "device": "GPU", "rows": [{"M": 1, "triton_graph_ms": 0.2}]}`)
 	var ue usageError

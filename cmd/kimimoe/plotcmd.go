@@ -28,22 +28,86 @@ type benchDoc struct {
 	Rows    []benchRow `json:"rows"`
 }
 
-// peerDoc is what the peer script writes: per M, its best CUDA-graph time.
+// peerDoc is what a peer script writes: per M, its best CUDA-graph time.
+// bench/peer_moe.py writes date_utc and triton_graph_ms,
+// bench/peer_triton_kernels.py date and graph_ms; both write peer.
 type peerDoc struct {
+	Peer    string `json:"peer"`
 	DateUTC string `json:"date_utc"`
+	Date    string `json:"date"`
 	Device  string `json:"device"`
-	Timing  string `json:"timing"`
+	Timing  any    `json:"timing"` // a string, or the triton_kernels script's object of notes
 	Rows    []struct {
-		M       int     `json:"M"`
+		M       int     `json:"M"` // JSON keys match case-insensitively: "m" too
 		GraphMS float64 `json:"triton_graph_ms"`
+		Graph2  float64 `json:"graph_ms"`
 	} `json:"rows"`
+}
+
+// when is the peer's date.
+func (d *peerDoc) when() string {
+	if d.DateUTC != "" {
+		return d.DateUTC
+	}
+	return d.Date
+}
+
+// name is the peer's label in tables and plots.
+func (d *peerDoc) name() string {
+	if d.Peer != "" {
+		return d.Peer
+	}
+	return "Triton peer"
+}
+
+// ms is row i's CUDA-graph time (0: none).
+func (d *peerDoc) ms(i int) float64 {
+	if r := d.Rows[i]; r.GraphMS > 0 {
+		return r.GraphMS
+	}
+	return d.Rows[i].Graph2
+}
+
+// timing is how the peer timed, up to its notes.
+func (d *peerDoc) timing() string {
+	switch t := d.Timing.(type) {
+	case string:
+		return strings.SplitN(t, ";", 2)[0]
+	case map[string]any:
+		if g, ok := t["graph_ms"].(string); ok {
+			return strings.SplitN(g, ";", 2)[0]
+		}
+	}
+	return ""
+}
+
+// readPeers reads a comma-separated list of peer JSONs.
+func readPeers(list string) ([]*peerDoc, error) {
+	var out []*peerDoc
+	if list == "" {
+		return nil, nil
+	}
+	for _, p := range strings.Split(list, ",") {
+		d := &peerDoc{}
+		if err := readJSON(p, d); err != nil {
+			return nil, asUsage(err)
+		}
+		if err := d.check(p); err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	if len(out) > len(palette)-2 {
+		return nil, usagef("--peers: at most %d peers", len(palette)-2)
+	}
+	return out, nil
 }
 
 // runPlot draws a bench JSON (and a peer's) as latency against M.
 func runPlot(args []string) error {
 	fs := newFlags("plot", "--bench bench.json [--peers peer_triton.json] --out FILE.svg")
 	benchPath := fs.String("bench", "", "JSON written by kimimoe bench --json")
-	peersPath := fs.String("peers", "", "JSON written by the peer script (peer_triton.json), optional")
+	peersPath := fs.String("peers", "", "JSONs written by the peer scripts of the same call (comma-separated; bench/README.md), optional")
 	out := fs.String("out", "", "the plot to write (.svg, .png or .pdf)")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -57,7 +121,7 @@ func runPlot(args []string) error {
 	}
 	// Everything about the output before anything is read or drawn: a
 	// failed plot leaves an existing file as it was.
-	if err := checkOutput("out", *out, kind, inputsOf(*benchPath, *peersPath)...); err != nil {
+	if err := checkOutput("out", *out, kind, append(inputsOf(*benchPath), strings.Split(*peersPath, ",")...)...); err != nil {
 		return err
 	}
 	var doc benchDoc
@@ -67,15 +131,9 @@ func runPlot(args []string) error {
 	if err := doc.check(*benchPath); err != nil {
 		return err
 	}
-	var peers *peerDoc
-	if *peersPath != "" {
-		peers = &peerDoc{}
-		if err := readJSON(*peersPath, peers); err != nil {
-			return asUsage(err)
-		}
-		if err := peers.check(*peersPath); err != nil {
-			return err
-		}
+	peers, err := readPeers(*peersPath)
+	if err != nil {
+		return err
 	}
 	data, err := drawPlot(format, &doc, peers)
 	if err != nil {
@@ -169,9 +227,9 @@ func (d *peerDoc) check(path string) error {
 	if len(d.Rows) > maxRows {
 		return usagef("%s has %d rows; want at most %d", path, len(d.Rows), maxRows)
 	}
-	for _, s := range []string{d.DateUTC, d.Device, d.Timing} {
-		if len(s) > 4*maxLabelBytes {
-			return usagef("%s: a label of %d bytes (at most %d)", path, len(s), 4*maxLabelBytes)
+	for _, s := range []string{d.Peer, d.DateUTC, d.Date, d.Device} {
+		if len(s) > maxLabelBytes {
+			return usagef("%s: a label of %d bytes (at most %d)", path, len(s), maxLabelBytes)
 		}
 	}
 	seen := map[int]bool{}
@@ -179,8 +237,8 @@ func (d *peerDoc) check(path string) error {
 		switch {
 		case r.M < 1 || r.M > maxTokens:
 			return usagef("%s: row %d has M = %d; want 1 to %d", path, i, r.M, maxTokens)
-		case math.IsNaN(r.GraphMS) || math.IsInf(r.GraphMS, 0) || r.GraphMS < 0:
-			return usagef("%s: row %d (M = %d) has time %v ms", path, i, r.M, r.GraphMS)
+		case !(r.GraphMS >= 0) || !(r.Graph2 >= 0) || math.IsInf(r.GraphMS, 0) || math.IsInf(r.Graph2, 0):
+			return usagef("%s: row %d (M = %d) has time %v ms", path, i, r.M, d.ms(i))
 		case seen[r.M]:
 			return usagef("%s: two rows of M = %d", path, r.M)
 		}
@@ -189,12 +247,13 @@ func (d *peerDoc) check(path string) error {
 	return nil
 }
 
-// palette: kimimoe, the floor, the peer.
-var palette = []color.Color{color.RGBA{31, 119, 180, 255}, color.RGBA{110, 110, 110, 255}, color.RGBA{214, 39, 40, 255}}
+// palette: kimimoe, the floor, then the peers.
+var palette = []color.Color{color.RGBA{31, 119, 180, 255}, color.RGBA{110, 110, 110, 255}, color.RGBA{214, 39, 40, 255},
+	color.RGBA{44, 160, 44, 255}, color.RGBA{148, 103, 189, 255}}
 
 // drawPlot draws median latency and the floor (and the peer) against M,
 // both axes logarithmic, and returns the file's bytes in format.
-func drawPlot(format string, doc *benchDoc, peers *peerDoc) ([]byte, error) {
+func drawPlot(format string, doc *benchDoc, peers []*peerDoc) ([]byte, error) {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("kimimoe %s on %s, %.10s", doc.Backend, doc.Device, doc.Date)
 	p.X.Label.Text = "tokens M"
@@ -228,15 +287,15 @@ func drawPlot(format string, doc *benchDoc, peers *peerDoc) ([]byte, error) {
 	if err := series("floor: max(bytes/bandwidth, FLOPs/FP8 peak)", floor, true, 1); err != nil {
 		return nil, err
 	}
-	if peers != nil {
+	for j, pd := range peers {
 		var xy plotter.XYs
-		for _, r := range peers.Rows {
-			if r.GraphMS > 0 {
-				xy = append(xy, plotter.XY{X: float64(r.M), Y: r.GraphMS})
+		for i, r := range pd.Rows {
+			if t := pd.ms(i); t > 0 {
+				xy = append(xy, plotter.XY{X: float64(r.M), Y: t})
 			}
 		}
 		if len(xy) > 0 {
-			if err := series("Triton peer (best variant, CUDA graph)", xy, false, 2); err != nil {
+			if err := series(pd.name()+" (CUDA graph)", xy, false, 2+j); err != nil {
 				return nil, err
 			}
 		}
