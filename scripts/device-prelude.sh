@@ -1,30 +1,24 @@
-# Sourced (bash) at the top of a script that a device call runs, after
-# `bash scripts/gpu-check.sh build` here put the binaries into .gpu/:
+# Helpers for a script run on a GPU machine from a checkout with .gpu/
+# built (scripts/gpu-check.sh build), for comparing binaries or kernel
+# variants:
 #
 #   source scripts/device-prelude.sh        # LOG=name.log to name the log
 #   compile_all kimimoe kimimoe_old         # each binary's kernel module, in parallel
 #   compile_all base= pf0=KMOE_F4SD_PF=0    # or variants of .gpu/kimimoe's (KIMIMOE_NVRTC_DEFINES)
-#   ... benches, validations, tests ...
+#   same_validate a.json b.json             # two validate JSONs equal, times aside?
+#   ab_passes 3 1,8,32 old=BIN=kimimoe_old new=   # interleaved bench passes
 #
-# It guards against the two ways device calls have been lost:
-# - A bare `wait` also waits for the tee that copies this script's output
-#   into $OUT, which ends only when the script does: the call hangs until
-#   its limit (the sessions of 2026-12-01 22:32 and 2026-12-02 00:56 UTC
-#   each lost a 600 s call so). Wait on your own PIDs: wait_own.
-# - Every binary built from another kernel source, and every variant
-#   (KIMIMOE_NVRTC_DEFINES), compiles its module on first use: about 100 s
-#   with NVRTC 13.0 on the H200. A command timed out before that is killed
-#   before its cubin is cached, and the next one compiles again.
-#   compile_all compiles each binary or variant once, with ptxas's notes,
-#   under a timeout that fits, and says which did not finish. (Before commit
-#   9f17c6c ptxas's -v was part of the cache key, so a verbose compile's
-#   cubin served no plain run: docs/gpu-runs/experiments/f49_*.log.)
+# Two things it guards against: a bare `wait` also waits for the tee that
+# copies the output into $OUT, which ends only with the script (wait on
+# your own PIDs: wait_own); and every binary built from another kernel
+# source, and every variant, compiles its module on first use (about 100 s
+# with NVRTC 13.0 on an H200): a command timed out before that is killed
+# before its cubin is cached, and the next one compiles again, so
+# compile_all compiles each once, with ptxas's notes, under a timeout that
+# fits.
 #
-# Sets KIMIMOE_CACHE (one cubin cache for the call) and NCCL_NVLS_ENABLE=0;
-# el prints the seconds since the prelude ran. compile_all's variants,
-# same_validate and ab_passes (below) are the compile loop, the JSON
-# comparison and the interleaved A/B loop that the call scripts before
-# them each wrote out (those scripts are kept as they ran).
+# Sets KIMIMOE_CACHE (one cubin cache for the run) and NCCL_NVLS_ENABLE=0;
+# el prints the seconds since the prelude ran.
 set -uo pipefail
 export KIMIMOE_CACHE="${KIMIMOE_CACHE:-/tmp/kc}" NCCL_NVLS_ENABLE=0
 : "${OUT:=/tmp/kimimoe-out}"

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """End-to-end interop check on a GPU machine (torch, safetensors, transformers).
 
-Run from the repository root with the kimimoe binary at .gpu/kimimoe:
+Run from the repository root with the kimimoe command on PATH (or named
+by $KIMIMOE):
 
-    OUT=out python3 scripts/interop_e2e.py
+    OUT=out python3 python/interop_e2e.py
 
 A. GPT-OSS layout: a small layer in GPT-OSS's checkpoint layout (stacked
    MXFP4 blocks, interleaved gate/up, bf16 biases) is written as a
@@ -31,7 +32,7 @@ import sys
 import torch
 from safetensors.torch import save_file
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kimimoe import dump_case as write_case  # noqa: E402
 
 OUT = os.environ.get("OUT", "interop_out")
@@ -39,7 +40,7 @@ os.makedirs(OUT, exist_ok=True)
 WORK = os.path.join(OUT, "work")
 os.makedirs(WORK, exist_ok=True)
 LOG = open(os.path.join(OUT, "interop_log.txt"), "w")
-BIN = os.environ.get("KIMIMOE", ".gpu/kimimoe")
+BIN = os.environ.get("KIMIMOE", "kimimoe")
 
 
 def log(*a):

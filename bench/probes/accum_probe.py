@@ -1,3 +1,4 @@
+# Question: does an FP8 (or BF16) wgmma return a 32-product block sum exactly? (No for FP8: about 14 bits kept, truncated.)
 # What the H200's tensor cores do when they sum a block of products: the
 # question behind issue 11's FP8 scheme (each weight row's MXFP4 scale
 # folded into an E4M3 operand, one FP8 wgmma a 32-block, its float32
@@ -29,8 +30,8 @@
 # accumulation off and on), and exactly in float64 (every product and sum
 # here is exact in float64: at most 8 significant bits a product, 40 bits
 # of span). Run on the GPU machine (torch, triton):
-#   python3 scripts/accum_probe.py [ROUNDS]   (64: part 3's 64 x 64 x 64 sums)
-# Its output on the H200: docs/gpu-runs/experiments/accum_probe.log, read
+#   python3 bench/probes/accum_probe.py [ROUNDS]   (64: part 3's 64 x 64 x 64 sums)
+# Its output on the H200 (docs/PERF.md summarizes it), read
 # in docs/PERF.md ("What the tensor cores keep of a block's sum").
 import sys, torch, triton, triton.language as tl
 

@@ -1,3 +1,4 @@
+# Helper: capture a function into a CUDA graph after warm-ups (shared by the probes that time graph replays).
 # capture(fn, warmups): fn run warmups times on a side stream (as torch's
 # graph capture asks: allocations and lazy initialisation done before
 # capture), then captured into a CUDA graph, which is returned. Shared by

@@ -1,3 +1,4 @@
+# Question: what rate do the BF16 wgmma shapes the wgmma-fp4 path issues deliver per SM, A from registers or shared memory?
 # What the H200's tensor cores deliver per SM for the BF16 warpgroup MMA
 # the wgmma-fp4 path issues (m64nNk16, float32 accumulators), with A from
 # registers (RS, as the path does: the widened weights) and with A from
@@ -9,7 +10,7 @@
 # MMAs alone can reach, the bound that docs/PERF.md compares the GEMMs
 # with. Run on the GPU machine (torch for the context and the events;
 # NVRTC and the driver through ctypes, sm_90a cubins):
-#   python3 scripts/wgmma_rate.py [N,N,...]
+#   python3 bench/probes/wgmma_rate.py [N,N,...]
 # Output: a line per (A source, N, warpgroups an SM): cycles a wgmma an
 # SM (clock64 in the kernel, the slowest warpgroup of each CTA, median
 # over the CTAs), FLOP a cycle an SM and its share of the dense BF16

@@ -1,3 +1,4 @@
+# Question: how fast can the weight streams (and the small tiles' widening and MMAs) run alone: the floor of M=1 and M=32?
 # How fast the H200 streams M=1's MXFP4 weights in the shape the
 # wgmma-fp4 path reads them, and what GEMM2's dependence on all of GEMM1
 # costs, with nothing else in the kernel but an optional stand-in for
@@ -80,8 +81,8 @@
 # work 0 every word's fold is checked against the buffer's ("read ok").
 # Run on the GPU machine (torch for memory and events; NVRTC and the
 # driver through wgmma_rate.py's ctypes helpers, sm_90a):
-#   python3 scripts/stream_probe.py            # M=1 and the 28 experts, integer work
-#   python3 scripts/stream_probe.py MODE       # mma, wg, wg-nowait, wg-window, wg-windows,
+#   python3 bench/probes/stream_probe.py            # M=1 and the 28 experts, integer work
+#   python3 bench/probes/stream_probe.py MODE       # mma, wg, wg-nowait, wg-window, wg-windows,
 #                                              # wg-window-parts, wg-mbar, wg-producer, l1, l1-m1
 #                                              # (main() says what each runs)
 import ctypes, os, statistics, sys

@@ -1,3 +1,4 @@
+# Question: how fast can any exact BF16 scheme run the layer's prefill GEMMs on this card (cuBLAS and the bare wgmma loop)?
 # The ceiling an exact BF16 scheme meets on this card at the prefill sizes
 # of issue 11 (M = 128, 512, 2048, 8192 tokens of the Kimi EP32 rank-7
 # layer: 8 local (token, slot) pairs a token, K = 3584, N = 3072), measured
@@ -13,7 +14,7 @@
 #    of 20. FP8 (torch._scaled_mm, tensor-wise scales) beside them: the
 #    rate an inexact scheme would get (FP8 wgmma's 32-product sums are not
 #    exact, docs/PERF.md step 1b).
-# 2. The bare BF16 wgmma loop of scripts/wgmma_rate.py (m64n256k16 and
+# 2. The bare BF16 wgmma loop of bench/probes/wgmma_rate.py (m64n256k16 and
 #    m64n128k16, A from registers or shared memory, two warpgroups an SM,
 #    nothing else in the loop) run for about as long as each target,
 #    launched back to back 30 times (and 200 times at 5 ms: a second of
@@ -21,7 +22,7 @@
 #    median and the last launch, and the SM clock the loop ran at (the
 #    kernel's clock64 cycles over the launch's event time).
 #
-# Usage on the GPU machine: python3 scripts/gemm_ceiling.py
+# Usage on the GPU machine: python3 bench/probes/gemm_ceiling.py
 import os, statistics, sys
 import torch
 

@@ -1,3 +1,4 @@
+# Question: what does kimimoe bench's timing method measure for graphs that do no more than a forward must?
 # What kimimoe bench's method (CUDA events around ONE graph replay, the
 # median; a 256 MB buffer read on the stream just before each start
 # event, so L2 is cold and the device busy while the host launches the
@@ -8,7 +9,7 @@
 # kernels (grid-stride, ".cg" loads, an xor a program), so that a target
 # below it is shown out of reach on the device, measured. Run on the GPU
 # machine (torch and triton), by scripts/gpu-check.sh run:
-#   python3 scripts/graph_floor.py [MB,MB,...]
+#   python3 bench/probes/graph_floor.py [MB,MB,...]
 # FLUSH=write rewrites the buffer instead (triton.testing.do_bench's
 # flush, which leaves L2 full of dirty lines), and FLUSH=write-sync also
 # synchronizes between the rewrite and the start event, so the host's
