@@ -473,9 +473,19 @@ func open(ord int) (*Backend, error) {
 	}
 	b := &Backend{dev: dev, layers: map[*Layer]bool{}}
 	b.name, _ = cuDeviceName(dev)
-	major, _ := cuDeviceAttribute(dev, attrCCMajor)
-	minor, _ := cuDeviceAttribute(dev, attrCCMinor)
-	b.sms, _ = cuDeviceAttribute(dev, attrSMCount)
+	// A failed read would pass as "sm_00" or zero SMs: report it instead.
+	var major, minor int
+	for _, a := range []struct {
+		name string
+		attr int
+		dst  *int
+	}{{"compute capability major", attrCCMajor, &major}, {"compute capability minor", attrCCMinor, &minor}, {"multiprocessor count", attrSMCount, &b.sms}} {
+		v, err := cuDeviceAttribute(dev, a.attr)
+		if err != nil {
+			return nil, fmt.Errorf("cuda: reading device %d's %s: %w", ord, a.name, err)
+		}
+		*a.dst = v
+	}
 	native := false
 	switch cc := major*10 + minor; {
 	case cc == 90:
