@@ -18,7 +18,7 @@ mkdir -p "$out"
 exec > >(tee "$out/run.log") 2>&1
 export NCCL_NVLS_ENABLE=0 KIMIMOE_CACHE="${KIMIMOE_CACHE:-/tmp/kimimoe-cubin}"
 if command -v go >/dev/null; then
-  go build -o /tmp/kimimoe-bench ./cmd/kimimoe || exit 1
+  go build -buildvcs=true -o /tmp/kimimoe-bench ./cmd/kimimoe || exit 1
   KIMIMOE=/tmp/kimimoe-bench
 fi
 km=${KIMIMOE:-kimimoe}

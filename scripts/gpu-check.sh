@@ -25,7 +25,7 @@ if [ "${1:-build}" = build ]; then
   bash scripts/kernel-syntax.sh # the kernels' C++ before any device time goes to NVRTC
   mkdir -p .gpu
   go test -c -o .gpu/cuda.test ./backend/cuda
-  go build -o .gpu/kimimoe ./cmd/kimimoe
+  go build -buildvcs=true -o .gpu/kimimoe ./cmd/kimimoe # --version names the commit
   go build -o .gpu/decode ./examples/decode
   go build -o .gpu/prefill ./examples/prefill
   ls -la .gpu
