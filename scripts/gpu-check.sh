@@ -59,7 +59,7 @@ if [ "$1" != verify ]; then
 fi
 log="$OUT/$1.log"
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; } 2>&1 | tee "$log"
-(cd backend/cuda && timeout 200 ../../.gpu/cuda.test -test.v -test.timeout 190s 2>&1) > "$OUT/cuda_test.log"
+(cd backend/cuda && timeout 420 ../../.gpu/cuda.test -test.v -test.timeout 400s 2>&1) > "$OUT/cuda_test.log"
 grep -E "^(--- |ok|FAIL|PASS)|cubin|rror|panic" "$OUT/cuda_test.log" | head -40 | tee -a "$log"
 for chain in mxfp8 flashinfer; do
   timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ --chain "$chain" --json "$OUT/validate_situ_$chain.json" 2>&1 | tee -a "$log" | tail -1

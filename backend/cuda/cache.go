@@ -28,11 +28,10 @@ func cacheDir() string {
 // leaves it out (cacheKeyOptions): a verbose compile fills the entry that
 // later runs without the variable read. Keyed by it, a verbose compile's
 // entry served verbose runs alone, and the next plain run compiled the
-// module again, about 100 s on the GPU machine (docs/PERF.md, f49). The
-// two cubins are not byte for byte the same but their machine code is: on
-// the H200 with NVRTC 13.0 (docs/gpu-runs/final_f49b/run.log) a verbose
-// and a plain compile gave files of one size whose SASS is identical line
-// for line, some ELF sections starting 4 bytes later in the verbose one.
+// module again (a compile takes minutes). The two cubins are not byte for
+// byte the same but their machine code is: a verbose and a plain compile
+// give files of one size whose SASS is identical line for line, some ELF
+// sections starting 4 bytes later in the verbose one.
 const ptxasVerbose = "--ptxas-options=-v"
 
 // cacheKeyOptions are the compile options that key a cubin: all but
