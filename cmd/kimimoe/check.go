@@ -62,6 +62,7 @@ func runCheck(args []string) error {
 	case !(*f.maxMem > 0):
 		return usagef("--max-memory-gib %v: want a positive number", *f.maxMem)
 	}
+	cf.maxGiB = *f.maxMem
 	if *f.dir != "" {
 		if *casePath != "" || *cf.dir != "" || *f.cand != "" {
 			return usagef("--dir checks a folder of pairs: it takes none of --case, --checkpoint, --candidate")

@@ -69,6 +69,7 @@ type ckptFlags struct {
 	activation                 *string
 	params                     map[string]*optFloat
 	paramOrder                 []string
+	maxGiB                     float64 // the command's --max-memory-gib: bounds the layer Load reads
 }
 
 // paramFlags maps the activation parameter flags to Params fields and the
@@ -276,7 +277,11 @@ func (cf *ckptFlags) load() (*validation.Case, []string, error) {
 		return nil, nil, asUsage(err)
 	}
 	defer ck.Close()
-	l, err := ck.Load(checkpoint.Options{Layer: *cf.layer, EP: moe.EP{Size: *cf.epSize, Rank: *cf.epRank}, MoETPSize: *cf.tp, MoETPRank: *cf.tpRank})
+	opts := checkpoint.Options{Layer: *cf.layer, EP: moe.EP{Size: *cf.epSize, Rank: *cf.epRank}, MoETPSize: *cf.tp, MoETPRank: *cf.tpRank}
+	if cf.maxGiB > 0 {
+		opts.MaxBytes = int64(cf.maxGiB * (1 << 30))
+	}
+	l, err := ck.Load(opts)
 	if err != nil {
 		return nil, nil, asUsage(err)
 	}
@@ -365,6 +370,7 @@ func runCase(args []string) error {
 	if !(*maxMem > 0) {
 		return usagef("--max-memory-gib %v: want a positive number", *maxMem)
 	}
+	cf.maxGiB = *maxMem
 	if err := checkOutput("out", *out, kindSafetensors, append(inputsOf(*cf.inputs), checkpointFiles(*cf.dir)...)...); err != nil {
 		return err
 	}

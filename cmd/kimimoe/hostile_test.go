@@ -225,3 +225,13 @@ func FuzzPlotCompareInputs(f *testing.F) {
 		}
 	})
 }
+
+// --max-memory-gib bounds what case, run and check --checkpoint load,
+// checked from the headers before reading (case had no limit at all).
+func TestCheckpointMemoryLimit(t *testing.T) {
+	dir, ck, inputs := smallCheckpoint(t)
+	out := filepath.Join(dir, "c.safetensors")
+	expect(t, 2, "over the limit of", "case", "--checkpoint", ck, "--layer", "2", "--inputs", inputs, "--out", out, "--max-memory-gib", "0.00001")
+	expect(t, 2, "over the limit of", "run", "--checkpoint", ck, "--layer", "2", "--inputs", inputs, "--out", out, "--max-memory-gib", "0.00001")
+	expect(t, 0, "wrote", "case", "--checkpoint", ck, "--layer", "2", "--inputs", inputs, "--out", out)
+}

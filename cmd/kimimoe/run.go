@@ -34,6 +34,7 @@ func runRun(args []string) error {
 	if !(*maxMem > 0) {
 		return usagef("--max-memory-gib %v: want a positive number", *maxMem)
 	}
+	cf.maxGiB = *maxMem
 	if err := checkOutput("out", *out, kindSafetensors, append(inputsOf(*in, *cf.inputs), checkpointFiles(*cf.dir)...)...); err != nil {
 		return err
 	}
