@@ -146,7 +146,16 @@ func readIndex(path string) ([]byte, error) {
 		return nil, err
 	}
 	if !st.Mode().IsRegular() {
-		return nil, bad("%s is not a regular file (%v)", path, st.Mode().Type())
+		kind := "a directory"
+		switch {
+		case st.Mode()&os.ModeNamedPipe != 0:
+			kind = "a FIFO"
+		case st.Mode()&os.ModeDevice != 0:
+			kind = "a device"
+		case !st.IsDir():
+			kind = "not a plain file"
+		}
+		return nil, bad("%s is not a regular file (%s)", path, kind)
 	}
 	if st.Size() > MaxIndexBytes {
 		return nil, bad("%s is %d bytes; an index is at most %d", path, st.Size(), MaxIndexBytes)

@@ -172,7 +172,7 @@ func readJSON(path string, v any) error {
 		return err
 	}
 	if !st.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file (%v)", path, st.Mode().Type())
+		return fmt.Errorf("%s is not a regular file (%s)", path, fileKind(st.Mode()))
 	}
 	if st.Size() > maxJSONBytes {
 		return fmt.Errorf("%s is %d bytes; a bench or peer JSON is at most %d", path, st.Size(), maxJSONBytes)
@@ -315,4 +315,19 @@ func drawPlot(format string, doc *benchDoc, peers []*peerDoc) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// fileKind names a non-regular file's kind for messages.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	}
+	return "not a plain file"
 }
