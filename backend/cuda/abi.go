@@ -331,10 +331,8 @@ const abiRouteCTAMax = 1024
 // abiRouteCTAMax entries, is the one launch of kmoe_route_x_many rather
 // than four (the memset, kmoe_x_bf16, kmoe_route_count,
 // kmoe_route_scatter); KIMIMOE_ROUTE_MANY_MAX_M moves it (0: never).
-// Measured on the H200 (docs/PERF.md f41, two passes, ms, four launches
-// against one): M=65 0.2076/0.2085 -> 0.2021/0.2019, 128 0.2505/0.2499 ->
-// 0.2434/0.2430, 512 0.7614/0.7689 -> 0.7556/0.7489, 8192 10.243/10.351
-// -> 10.247/10.196: faster to 512, even above, so at every M.
+// Three launch gaps fewer made it faster up to 512 tokens and no slower
+// above, so it takes every M (docs/PERF.md).
 const routeManyMaxMDefault = 8192
 
 type wgGemm1Args struct {
@@ -383,21 +381,16 @@ var f4Tiles = []int{8, 16, 32, 48, 64, 128, 256}
 
 // f4FitTiles are the tiles with instances whose wgmma loop runs at N = the
 // tile's tokens rounded up to 8 (kmoe_f4_*_fit_t*, taken up to f4FitMaxM
-// tokens). Measured on the H200 (docs/PERF.md f23): M=48 0.2079 -> 0.1917
-// ms, M=64 0.2164 -> 0.2052, M=256 0.5363 -> 0.5219, M=512 0.8837 ->
-// 0.8770; but M=1024 1.5112 -> 1.5486 and 2048 2.8700 -> 2.9322, where
-// the tiles are full and the kernel with one loop per N runs them slower.
+// tokens): a partly filled tile then pays only for its tokens, while full
+// tiles, past 512 tokens, ran slower in the kernel with one loop per N.
 var f4FitTiles = []int{32, 48, 64}
 
 // f4FitPipe is the fitted instance whose wgmma loop double-buffers its A
 // registers (a chunk's wgmmas in flight while the next chunk is widened),
 // and f4FitPipeAhead its steps of weights in flight: the 16 registers of
 // the second buffer come from two steps fewer (f4Ahead's 4 at 64 tokens).
-// Measured on the H200 (docs/PERF.md f27): M=256 0.514 -> 0.497 ms, M=512
-// 0.869 -> 0.823/0.830, M=128 unchanged; with f4Ahead's 4 steps 7-13%
-// slower from M=128 up, and at 32 tokens (three CTAs an SM) 12% slower
-// at M=64. Only the fitted instance: the full 64-token one (M > 512) ran
-// 0.6-0.8% slower with it.
+// Only the fitted 64-token instance: it keeps the tensor cores busy there,
+// while the 32-token one and the full 64-token one ran slower with it.
 const (
 	f4FitPipe      = 64
 	f4FitPipeAhead = 2
@@ -407,9 +400,8 @@ const (
 // double-buffers its A registers as f4FitPipe's does (0: none), with
 // f4Ahead's steps in flight: the 128- and 256-token tiles, one CTA an SM,
 // whose two warpgroups left the tensor cores idle while each widened its
-// next chunk. Measured on the H200 (docs/PERF.md f46, the 128-token tile
-// forced at every M, two passes in one call): M=2048 2.676 -> 2.467 ms,
-// 8192 10.09 -> 9.27 with the A buffers alone (both passes within 0.3%).
+// next chunk; the second buffer lets one warpgroup's MMAs run while the
+// other widens.
 const f4PipeMinTokens = 128
 
 // f4FitMaxMDefault is the most tokens the fitted instances take (between
@@ -417,13 +409,9 @@ const f4PipeMinTokens = 128
 const f4FitMaxMDefault = 512
 
 // f4ActMinMDefault and f4ActMaxMDefault bound the token counts whose GEMM1
-// epilogue runs as a kernel of its own (kmoe_act_requant; measured on the
-// H200, docs/PERF.md f30: 4.5% faster at M=128, 0.3-2% from 256 to 2048,
-// even at 4096, slower at 96 and below on 32-token tiles; f36, the kernel
-// at four features a lane: M=4096 and 8192 4% faster with it than with
-// GEMM1's epilogue; f39, on the 48-token tiles from M=89: M=89 0.2225 ->
-// 0.2139/0.2141 ms, 96 0.2267/0.2272 -> 0.2192/0.2185, 128 0.2541 without
-// it against 0.2419 with it).
+// epilogue runs as a kernel of its own (kmoe_act_requant): taking the
+// activation's straight-line code out of GEMM1 pays from the 48-token
+// tiles up, and costs more than it saves on the smaller ones.
 // Its grid: at most actCTAsSM CTAs an SM, each warp going over the routed
 // rows' 32-feature blocks four at a time. Its input, GEMM1's up and gate
 // in float32, takes 8 bytes a routing entry and feature, allocated for
@@ -439,34 +427,23 @@ const (
 // actByTileMaxMDefault is the most tokens whose activation kernel runs by
 // tile (actByTile: a CTA a row of a routing tile, each waiting for its
 // tile's GEMM1 CTAs and counted for GEMM2's CTAs of that tile) rather
-// than over the grid after all of GEMM1. Measured on the H200 (docs/
-// PERF.md f37, two passes in one call, by tile against over the grid):
-// M=97 0.2533/0.2519 against 0.2578/0.2595 ms, 128 0.2716/0.2692 against
-// 0.2733/0.2754, 192 0.3271/0.3240 against 0.3361/0.3374; even at 256 and
-// 512, 1-1.5% slower from 1024 (a CTA's wait and count a row).
+// than over the grid after all of GEMM1: it then runs beside GEMM1's last
+// tiles, which pays while a wave of tiles is short; with many tiles each
+// CTA's wait and count cost more than the overlap gives.
 const actByTileMaxMDefault = 192
 
 // f4Stages are the token chunks staged at once per tile size: deeper for
 // small tiles, whose stages are small and whose loop is latency-bound.
-// The 128-token tile (docs/PERF.md f46): 3 and 5 within 0.1% of each other
-// with A single-buffered, 5 and 6 within 0.2% with it double-buffered
-// (f4PipeMinTokens); 5 kept, as measured with that. The 256-token tile's
-// 64 KB stages leave room for 3 at one CTA an SM.
+// past 4 the depth measured even, and the 256-token tile's 64 KB stages
+// leave room for 3 at one CTA an SM.
 var f4Stages = map[int]int{8: 8, 16: 6, 32: 5, 48: 4, 64: 4, 128: 5, 256: 3}
 
 // f4Ahead are the 128-k steps of weights each thread has in flight in
 // registers, per tile size, on the wgmma loop: 4 words a chunk, two chunks
 // a step, and a 16-byte scale load a step pair (F4Scales: even counts
-// only), so each step costs 10 registers. Measured on the H200
-// (docs/PERF.md f11): 4 at 64 beat 2 by 4-5%; 3 at 8 tokens (held to 64
-// registers) lost 16% at M=8, 3 or 4 at 32 lost 8-45% at M=64. 16 tokens
-// took 3 (4-5% ahead of 2) until the scale pairs (f15) made counts even;
-// they run this loop only with KIMIMOE_FP4_SYNC=0. 48 tokens at 4 steps
-// ran 1.7x slower than at 2 (past three CTAs' registers; its stages, 3 to
-// 5, within 1% of each other: docs/PERF.md, the tried row after f40).
-// 128 tokens with A double-buffered (f4PipeMinTokens): 4 steps 2.9% ahead
-// of 2 at M=8192, 3.0% at 2048 (docs/PERF.md f46); 256 tokens hold 128
-// accumulators, so 2.
+// only), so each step costs 10 registers: more steps pay only where the
+// registers are there without losing CTAs an SM (the 64- and 128-token
+// tiles); the 256-token tile's 128 accumulators leave room for 2.
 var f4Ahead = map[int]int{8: 2, 16: 2, 32: 2, 48: 2, 64: 4, 128: 4, 256: 2}
 
 // f4Smem is the wgmma loop's dynamic shared memory: sizeof(F4Smem<nt>)
@@ -476,15 +453,9 @@ func f4Smem(nt int) int { return f4Stages[nt]*nt*2*2*abiWGChunkK + 4*nt + abiSme
 
 // The small tiles' barrier-free loop (kernels/moe.cu f4s_k_loop): mma.sync
 // on the same layout, the tokens staged a window of f4sWinK[nt] k at a
-// time. Measured on the H200 (docs/PERF.md f44): the 16-token tile at 512
-// k against 1024, two alternations in one call, M=28 0.1739/0.1737 ->
-// 0.1712/0.1717 ms, M=32 0.1766/0.1768 -> 0.1732/0.1735 (half the shared
-// memory a CTA, 33 KB, and a barrier every 4 steps instead of 8); the
-// 8-token tile kept at 1024 (512 and 2048 slower, the tried row after f13).
-// f45: at 256 k and four CTAs an SM (f4sBlocks), one call (21:11 UTC,
-// second pass): M=25 0.1701 -> 0.1626, M=28 0.1720 -> 0.1655, M=32 0.1738
-// -> 0.1687 ms; 256 k alone 0.1719 at M=32, four CTAs alone at 512 k
-// 0.1761.
+// time: the 16-token tile's small window lets four CTAs share an SM,
+// which outweighs its more frequent barriers; the 8-token tile's rows are
+// small enough that the large window costs nothing.
 var f4sWinK = map[int]int{8: 1024, 16: 256}
 
 // f4sTiles are its instances' tokens per tile.
@@ -492,15 +463,8 @@ var f4sTiles = []int{8, 16}
 
 // f4sAhead are the 128-k steps of weights in flight in registers, per
 // tile, and f4sBlocks the CTAs an SM the registers are held to (80 at
-// three, 64 at four). Measured on the H200 (docs/PERF.md f12): at 8 tokens, 4 steps at
-// three CTAs against 2 at four: M=1 0.0738 -> 0.0675 ms, M=8 0.1680 ->
-// 0.1633, M=16 0.1778 -> 0.1731 (M=24 0.1884 -> 0.1911); at 16 tokens, 2
-// at three CTAs against 3 or 4 at two: M=32 0.2018 against 0.2138, 0.2089;
-// since f45 at four CTAs (64 registers) with the 256-k window (f4sWinK);
-// 4 or 6 steps at two CTAs were 5% and 11% slower at M=32 (21:11 UTC);
-// so were the loop widening one A word at a time (4 registers, alone or
-// with 4 steps at three CTAs) and GEMM2 with steps and CTAs of its own
-// (4 at three, 8 at two): docs/PERF.md, the tried rows after f45.
+// three, 64 at four): the 8-token tile streams best with more bytes in
+// flight, the 16-token tile with more CTAs an SM (docs/PERF.md).
 var (
 	f4sAhead  = map[int]int{8: 4, 16: 2}
 	f4sBlocks = map[int]int{8: 3, 16: 4}
@@ -508,9 +472,8 @@ var (
 
 // f4sDeep2 is GEMM2's 8-token variant for M <= f4sDeepMaxM, whose grid
 // fills under two CTAs an SM (M=1: 224 CTAs): 8 steps in flight at 128
-// registers, two CTAs an SM. Measured (docs/PERF.md f12, f15): 6 steps
-// took M=1 from 0.0675 to 0.0628 ms (no gain at M=2); 8 were 0.5-2% ahead
-// of 6 in four alternations over two calls.
+// registers, two CTAs an SM: with so few CTAs only deeper streams keep
+// the memory busy, and from M=2 the grid is large enough without it.
 var f4sDeep2 = struct{ ahead, blocks int }{8, 2}
 
 const f4sDeepMaxM = 1
@@ -526,12 +489,9 @@ func maxTiles(entries, e, tt int) int { return (entries + min(e, entries)*(tt-1)
 
 // f4TileReadyMinM is the fewest tokens whose wgmma-fp4 GEMM2 waits for
 // its own tile's GEMM1 CTAs (tile_wait in kernels/moe.cu) instead of for
-// the whole GEMM1 grid. Measured on the H200 (docs/PERF.md f18), two
-// alternations in one call: M=2 0.0950/0.0946 -> 0.0865/0.0864 ms, M=32
-// 0.1955/0.1948 -> 0.1914/0.1906, M=64 0.2791/0.2774 -> 0.2711/0.2710; but
-// M=1 0.0545/0.0547 -> 0.0560/0.0559, where GEMM1's 384 CTAs are one wave
-// (nothing for GEMM2 to overlap) and the counts only add a fence and an
-// atomic to GEMM1's end.
+// the whole GEMM1 grid, so that GEMM2 starts in GEMM1's last wave; at
+// M=1 GEMM1 is one wave, there is nothing to overlap, and the counts
+// would only add a fence and an atomic.
 const f4TileReadyMinM = 2
 
 // f4sSmem is sizeof(F4SyncSmem<nt>): two windows of the tile's token rows

@@ -65,8 +65,8 @@
 // triton.testing.do_bench's method (by which peer_moe.py times the peer)
 // with a read for its rewrite, whose dirty lines the forward would write
 // back. KIMIMOE_BENCH_FLUSH=write times with the rewrite, =0 with no flush
-// (events around the launch on an idle device, the method before
-// 2026-12-01), to measure the differences; another value is an error.
+// (events around the launch on an idle device), to measure the
+// differences; another value is an error.
 //
 // Four paths, chosen per forward by the token count (Layer.PathFor). On an
 // sm_90 device (the module is compiled for sm_90a) the wgmma-fp4 path takes

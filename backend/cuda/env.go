@@ -28,7 +28,7 @@ type flushMode int
 const (
 	flushRead  flushMode = iota // "" or "read": kmoe_l2_flush reads 256 MB (the default)
 	flushWrite                  // "write": a 256 MB rewrite, triton.testing.do_bench's flush
-	flushNone                   // "0": none (the timing method before 2026-12-01)
+	flushNone                   // "0": none (events around the launch on an idle device)
 )
 
 // String says what the mode does before a timed forward's start event.

@@ -23,7 +23,7 @@ import (
 // steps' scales: chunk c's word at byte ((c/4) 32 + tid/4) 16 + (c%4) 4 of
 // the group, whose chunks are padded to a multiple of four (f4Chunks4).
 // Stored a word a thread a chunk, the scales were 4x their size and one
-// load a chunk: docs/PERF.md f15. So a warp's loads are 512 bytes of
+// load a chunk. So a warp's loads are 512 bytes of
 // payload and 128 of scales (every other step), each contiguous.
 //
 // Word q holds the wgmma A fragment's four registers j = 0..3, each two

@@ -36,8 +36,7 @@ const MaxWorkspaces = 16
 
 // tileTokens picks the GEMMs' token tile (TT) for a forward of m tokens:
 // 64 (two CTAs per SM) up to 512 tokens, 128 (each weight load reused by
-// twice the tokens) above. Measured on the H200 (docs/PERF.md): TT=64 was
-// faster at M <= 128 and even at 512, TT=128 faster at 2048 and 8192.
+// twice the tokens) above, where the reuse outweighs the lost occupancy.
 func tileTokens(m int) int {
 	if m <= 512 {
 		return abiTileSmall
@@ -47,9 +46,8 @@ func tileTokens(m int) int {
 
 // decodeMaxM is the largest token count that takes the decode path (for
 // shapes the grouped path runs; K or N not a multiple of abiStageK always
-// take it). Measured on the H200 at the Kimi shape (docs/PERF.md): the
-// decode path is faster up to 24 tokens (0.492 vs 0.508 ms), the grouped
-// path from 28 (0.526 vs 0.543 ms).
+// take it): up to there every SM streaming a slice of the weights beats
+// tiles of tokens, which have too few tokens to share a weight load.
 const decodeMaxM = 24
 
 // useDecode reports whether a forward of m tokens takes the decode path.
@@ -88,12 +86,10 @@ func (l *Layer) PathFor(m int) string {
 // take every smaller one where they are available (before the decode
 // path); above it the wgmma GEMMs on BF16 weights take over. Since both
 // paths stage their token operands in the 128-byte swizzled form, the
-// wgmma-fp4 GEMMs are the faster at every M measured on the H200 at the
-// Kimi shape (docs/PERF.md, 2026-12-01): 1.548 against 1.906 ms at
-// M=1024, 2.940 against 3.147 at 2048, 11.31 against 11.94 at 8192; and
-// below, 0.107 against the decode path's 0.127 at M=1, 0.245 against
-// 0.313 at 8. So there is no limit by default; the wgmma path runs where
-// the wgmma-fp4 one is not available (weight scales past its exact range).
+// wgmma-fp4 GEMMs, reading a quarter of the weight bytes, are the faster
+// at every M measured, so there is no limit by default; the wgmma path
+// runs where the wgmma-fp4 one is not available (weight scales past its
+// exact range).
 const f4MaxMDefault = math.MaxInt32
 
 // useF4 reports whether a grouped forward of m tokens runs the wgmma-fp4
@@ -143,21 +139,12 @@ func (l *Layer) actByTile(m int) bool {
 }
 
 // f4TileTokens is the wgmma-fp4 GEMMs' token tile (the wgmma's N) for m
-// tokens: the tokens an expert gets grow with m. Measured on the H200 at
-// the Kimi shape (docs/PERF.md; KIMIMOE_FP4_TOKENS forces one): 8 up to
-// M=24, 16 up to f4SyncMaxM (f45, the 16-token tile at 256 k and four
-// CTAs an SM, two passes in one call: M=33 0.1709/0.1708 ms against the
-// 32-token tile's 0.1778/0.1780, 36 0.1781/0.1778 against 0.1809/0.1815,
-// 40 0.1854/0.1856 against 0.1848/0.1852, 44 0.1902/0.1903 against 0.1869;
-// before f45 the 32-token tile took M=33 at 0.1778 against 0.1794 ms, f23),
-// 32 up to M=88, 48 from 89 to 144 and 64 above (f39, two passes in one call:
-// M=88 0.2152/0.2157 ms at 32 against 0.2201/0.2205 at 48; M=96 0.2339/
-// 0.2342 against 0.2272/0.2268; M=128 0.2633/0.2640 at 64 against 0.2425/
-// 0.2434; M=144 0.2756/0.2760 against 0.2737/0.2739; M=160 0.2833/0.2845
-// against 0.3108/0.3105). With the bench's routing an expert gets about
-// 0.29 M tokens, so 48 holds one expert's tokens up to M = 144 or so, and
-// its instances run three CTAs an SM where 64's run two. Then 64 up to
-// 1024 tokens and 128 above (f4T128MinM).
+// tokens: the tokens an expert gets grow with m, and each tile is the
+// smallest that holds about one expert's tokens at the most CTAs an SM
+// (with the bench's routing an expert gets about 0.29 M tokens; 48 tokens
+// run three CTAs an SM where 64's run two). The boundaries are where the
+// neighbouring tiles measured even (docs/PERF.md; KIMIMOE_FP4_TOKENS
+// forces one).
 func f4TileTokens(m int) int {
 	switch {
 	case m <= 24:
@@ -176,14 +163,9 @@ func f4TileTokens(m int) int {
 
 // f4T128MinM is the fewest tokens on the 128-token tile (one CTA an SM, A
 // double-buffered: f4PipeMinTokens), where the widening of a weight
-// serves twice the tokens of the 64-token tile's. Measured on the H200
-// (docs/PERF.md f46; two passes in one call, the 128-token tile forced
-// against the 64-token default): M=512 0.909/0.907 against 0.753/0.757 ms,
-// 1024 1.408/1.403 against 1.392/1.408 (even), 2048 2.395/2.389 against
-// 2.643/2.663, 8192 9.011/8.997 against 10.187/10.254. The 256-token tile
-// (KIMIMOE_FP4_TOKENS=256 only) was slower than 128 at every M measured
-// (f46's second call: 2048 2.922 against 2.390, 4096 5.006 against 4.642,
-// 8192 9.725 against 8.994), so the default never takes it.
+// serves twice the tokens of the 64-token tile's: the two tiles measured
+// even at 1024 tokens. The 256-token tile (KIMIMOE_FP4_TOKENS=256 only)
+// was slower than 128 at every M measured, so the default never takes it.
 const f4T128MinM = 1025
 
 // f4SyncMaxM is the most tokens on the small tiles (f4sTiles), whose
@@ -227,9 +209,8 @@ func (l *Layer) reconfigure(set func() error) error {
 
 // wgMinM is the smallest token count whose grouped forward runs the
 // wgmma GEMMs. Below it the mma.sync GEMMs, which read the weights as
-// MXFP4 (a quarter of the BF16 bytes), are faster. Measured on the H200 at
-// the Kimi shape (docs/PERF.md): mma.sync 0.862 ms against wgmma 0.912 at
-// M=128, 1.111 against 0.902 at M=192.
+// MXFP4 (a quarter of the BF16 bytes), are faster while the weight bytes
+// dominate; from here the wgmma's rate does.
 const wgMinM = 192
 
 // useWG reports whether a grouped forward of m tokens runs the wgmma
@@ -1501,12 +1482,10 @@ const timingFlushBytes = 256 << 20
 // model's graph does not pay. A read, not triton.testing.do_bench's
 // rewrite (the peer's timing: peer_moe.py, cache.zero_() before each
 // start event), because a rewrite leaves L2 full of dirty lines whose
-// write-back the forward then pays. Measured on the H200 in one call
-// (docs/PERF.md, the timing method): M=1 0.0512 ms with this read, 0.0576
-// with the rewrite, 0.0541 with no flush; M=8 0.1406, 0.1469, 0.1417.
+// write-back the forward then pays (docs/PERF.md, how it is timed).
 // KIMIMOE_BENCH_FLUSH=write times with the rewrite and =0 with no flush
-// (events around the launch on an idle device: the method before
-// 2026-12-01), to measure the differences (parseFlushMode). Called under
+// (events around the launch on an idle device), to measure the
+// differences (parseFlushMode). Called under
 // b.mu with the context current.
 func (b *Backend) flushL2() error {
 	mode, err := timingFlushMode()

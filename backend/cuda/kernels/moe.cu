@@ -287,8 +287,8 @@ __device__ __forceinline__ int local_expert(int id, int rank, int elocal) {
 // The entries a thread takes at a time in kmoe_route_count and
 // kmoe_route_scatter (consecutive, in entry order): one CTA an expert reads
 // every entry, so each thread's loads were one at a time, each waited for,
-// and the scatter met three barriers a 256 entries; measured on the H200
-// (docs/PERF.md f36) at M=8192 (131072 entries) 0.19 and 0.32 ms before.
+// and the scatter met three barriers a 256 entries: several loads in
+// flight a thread are what make the large prologue cheap.
 #define ROUTE_PER 8
 
 static_assert(ROUTE_PER == 8, "a group is two 16-byte loads");
@@ -503,8 +503,8 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
-// Per-tile readiness of GEMM1's intermediate (the wgmma-fp4 path; docs/
-// PERF.md f18): each GEMM1 CTA counts itself in ready[tile] once its
+// Per-tile readiness of GEMM1's intermediate (the wgmma-fp4 path), so
+// that GEMM2 overlaps GEMM1's last wave: each GEMM1 CTA counts itself in ready[tile] once its
 // stores are done (tile_signal: every thread's stores, a fence, the
 // count with release semantics), and a GEMM2 CTA waits for its own
 // tile's count (tile_wait: one thread acquires, the barrier passes it
@@ -864,8 +864,7 @@ __device__ __forceinline__ void act_requant_store_k(const float (&acc)[NS][4], i
 // compile-time constant: with the kind read at run time, each of a
 // thread's unrolled elements held every kind's code and a branch over it,
 // and GEMM1's warps waited on instruction fetch at each element's start
-// (ncu source counters at M=128: a third of the epilogue's samples;
-// docs/PERF.md f26). Only SiTU: a constant kind for every kind made the
+// (ncu source counters: a third of the epilogue's samples). Only SiTU: a constant kind for every kind made the
 // module's compile 3.7 times as long (NVRTC), SiTU alone 1.5 times.
 template <int NS>
 __device__ __forceinline__ void act_requant_store(const float (&acc)[NS][4], int nsub, int count, u32 (*s_amax)[NS * 8],
@@ -1002,7 +1001,7 @@ static_assert(sizeof(WgSmem<128>) + KMOE_SMEM_ALIGN == KMOE_WG_SMEM_128 && sizeo
 // recipe, as kmoe_quantize_x does, or given as codes and scales), four
 // 32-blocks b0 .. b0 + 3 (those below nblocks) by one warp, eight lanes a
 // block and four elements a lane (block_scale_lanes8; a block a warp and
-// an element a lane before f36, the same bits). Every lane of the warp
+// an element a lane gave the same bits in more instructions). Every lane of the warp
 // calls it.
 __device__ __forceinline__ void x_bf16_blocks4(const float* __restrict__ x, const u8* __restrict__ codes,
                                                const u8* __restrict__ scales, u16* __restrict__ out, int form,
@@ -1027,8 +1026,7 @@ __device__ __forceinline__ void x_bf16_blocks4(const float* __restrict__ x, cons
 // for the one-launch prologue of few tokens (kmoe_route_x_bf16), where the
 // blocks are few and each warp's chain is the kernel's time. There the
 // four-a-lane form (x_bf16_blocks4, fewer instructions a block but a chain
-// four elements long) made M = 1..32 2.5-4% slower on the H200 (docs/
-// PERF.md f36); for many tokens the instructions count, and kmoe_x_bf16
+// four elements long) made few-token forwards slower; for many tokens the instructions count, and kmoe_x_bf16
 // takes that form.
 __device__ __forceinline__ void x_bf16_block(const float* __restrict__ x, const u8* __restrict__ codes,
                                              const u8* __restrict__ scales, u16* __restrict__ out, int form, int recipe,
@@ -1687,9 +1685,9 @@ __device__ __forceinline__ void f4_chunk(float (&acc)[NT / 2], u32 (&a)[4][4], u
 #pragma unroll
     for (int q = 0; q < 4; q++) wgmma_rs<NE>(d, a[q], db + (u64)(sw_off(0, q * 32) >> 4));
     wg_commit();
-    // Without PIPE, single-buffered: done before a is written again (f2's
-    // second buffer, without f27's retire-the-group-before wait, had ptxas
-    // serialize every wgmma: SASS, a wait after each HGMMA; docs/PERF.md).
+    // Without PIPE, single-buffered: done before a is written again (a
+    // second buffer without the retire-the-group-before wait had ptxas
+    // serialize every wgmma: a wait after each HGMMA in the SASS).
     if constexpr (PIPE) wg_wait<1>();
     else wg_wait<0>();
 }
@@ -1787,8 +1785,8 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
 // of 8; the _fit instances, f4FitTiles in abi.go): the tensor cores' time
 // is proportional to N, and a 32-token tile at M=48 holds ~14 tokens, a
 // 64-token tile at M=128 ~37. Its own instances, because the kernel with
-// one loop per N ran full tiles 2-6% slower than the kernel with one loop
-// (docs/PERF.md f23), so large M keep the plain ones.
+// one loop per N ran full tiles slower than the kernel with one loop, so
+// large M keep the plain ones.
 template <int NT, int NE, int AH>
 __device__ __forceinline__ void f4_k_loop_fit(float (&acc)[NT / 2], F4Smem<NT>& s, const u8* rows, int kdim,
                                               F4Weights<AH>& wt, InputWait in, int ng) {
@@ -1811,7 +1809,7 @@ __device__ __forceinline__ void f4_k_loop_fit(float (&acc)[NT / 2], F4Smem<NT>& 
 // The tokens are staged a window of f4s_win k at a time, two windows
 // double-buffered, so the CTA meets at a barrier once a window (8 or 4
 // steps of 128 k) instead of once a step, and no warp waits at a wgmma for
-// the other three of its warpgroup. Why (docs/PERF.md f12): the step's barrier
+// the other three of its warpgroup. Why: the step's barrier
 // and the wgmma waits were a third of the stall samples at M = 1 and 8.
 // Each accumulator still sums its k16 steps in k order, in float32.
 #if defined(WG_ENABLED)
@@ -1852,9 +1850,9 @@ __device__ __forceinline__ void mma_bf16_m16n8k16(float* d, const u32 (&a)[4], u
 
 // Whether the NT-token tile stages its token windows from pieces found
 // once a tile (F4sPieces) instead of finding each row's source again every
-// window (f4s_stage_rows). docs/PERF.md f49 and f49b: found once, 1-2% off
-// M = 1..24 (the 8-token tile, 80 registers) but 1% onto M = 25..36 (the
-// 16-token tile, where the pieces' registers made ptxas spill at 64).
+// window (f4s_stage_rows): found once pays on the 8-token tile (80
+// registers) and costs on the 16-token one, where the pieces' registers
+// made ptxas spill at 64.
 template <int NT>
 __device__ constexpr bool f4s_keep_pieces() { return NT == 8; }
 
@@ -1938,7 +1936,7 @@ __device__ __forceinline__ void f4s_k_loop(float (&acc)[NT / 2], F4SyncSmem<NT>&
                                            F4Weights<AH>& wt, InputWait in, int ntok) {
     // The 8-token groups that hold tokens of the tile (ntok of them): the
     // others' rows are zeros, so their MMAs add nothing to accumulators no
-    // epilogue reads (docs/PERF.md f19).
+    // epilogue reads.
     const int ngroup = imin(NT / 8, (ntok + 7) / 8);
     constexpr int WS = f4s_win<NT>() / 128, ROW = f4s_row<NT>();
     int nstep = wt.nstep;
@@ -1969,7 +1967,7 @@ __device__ __forceinline__ void f4s_k_loop(float (&acc)[NT / 2], F4SyncSmem<NT>&
             }
             u32 xs = xa + (w & 1) * (NT * ROW) + j * 256;
             // Each word widened just before its two MMAs: 8 A registers live,
-            // not a chunk's 16 (docs/PERF.md f16: 2-4% at M = 1..24).
+            // not a chunk's 16, which leaves registers for more steps in flight.
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 u32 b0, b1;
@@ -2120,12 +2118,9 @@ __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
 
 // Registers: NT/2 accumulators, one A buffer (16; two in the fitted
 // 64-token instance), 2 f4_tile_ahead() x 5 loaded words. More CTAs an SM
-// pay more than the registers cost (H200, docs/PERF.md): four at NT = 8
-// (64 registers; 0.219 -> 0.199 ms at M=8 against three), three at 16 and
-// 32 (85; M=16 0.261 -> 0.223 ms against two, M=64 0.341 -> 0.304), three
-// at 48 (f39: M=128 0.2637 -> 0.2430 ms against the 64-token tile at two;
-// a 56-token tile at three was slower than both, f40), two at 64, one at
-// 128 and 256 (A double-buffered: f4_pipe).
+// pay more than the registers cost (docs/PERF.md): four at NT = 8 (64
+// registers), three at 16, 32 and 48 (85), two at 64, one at 128 and 256
+// (A double-buffered: f4_pipe).
 static_assert(KMOE_F4_TILE_MAX == 256, "the instances below");
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 4) kmoe_f4_gemm1_act_t8(const F4Gemm1Args a) { f4_gemm1_act<8, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_t16(const F4Gemm1Args a) { f4_gemm1_act<16, 0>(a); }
@@ -2165,19 +2160,17 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_DEEP2_BLOCKS
 // gets the activation and the MXFP8 requantization and is written as the
 // BF16 intermediate: act_requant_store's functions in its order, so the
 // same bits. In GEMM1 the epilogue holds the CTA's SM slot while its
-// exact activation chains run, two CTAs an SM; measured at M=128 (docs/
-// PERF.md f30), GEMM1 takes 51 us less without it and this kernel 35 us
-// (31 since f31, 24 since f36).
+// exact activation chains run, two CTAs an SM; apart, GEMM1 saves more
+// than this kernel costs (docs/PERF.md).
 // Four 32-feature blocks a warp at a time, eight lanes a block and four
 // features a lane (their up and gate: two 16-byte loads), so each lane's
 // four activation chains are independent and the block's scale costs a
 // lane three shuffles and a vote (block_scale_lanes8) for four elements.
-// Measured on the H200 (docs/PERF.md f36): 21-28% less time than a block
-// a warp and an element a lane (warp_quantize_e4m3), the same bits
-// (TestF4ActKernel); eight features a lane was no faster. Block b =
+// Fewer instructions a block than a block a warp and an element a lane
+// (warp_quantize_e4m3), the same bits (TestF4ActKernel); eight features a lane was no faster. Block b =
 // 4 (warp + i nwarps) + lane / 8, in 32-bit arithmetic: at most 2^32
 // blocks (the host's bound is entries x N / 32); with the index in 64
-// bits (a 64-bit division for the row) the kernel took 9% longer (f31).
+// bits (a 64-bit division for the row) the kernel took longer.
 //
 // Blocks b0 .. b0 + 3 (below total), a warp: lane l the block b0 + l / 8.
 // Parameters of expert e, or (e < 0) of the row's expert where they
@@ -2247,7 +2240,7 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_act_requant(cons
     pdl_wait();    // GEMM1's up and gate
     pdl_trigger(); // GEMM2's CTAs may take SMs as this kernel's leave them; they wait for all of it
     int rows = a.offset[a.e_local];
-    if (a.kind == KMOE_ACT_SITU) act_requant_rows<KMOE_ACT_SITU>(a, rows); // Kimi-K3's, as in GEMM1 (f26)
+    if (a.kind == KMOE_ACT_SITU) act_requant_rows<KMOE_ACT_SITU>(a, rows); // Kimi-K3's, as in GEMM1
     else act_requant_rows<-1>(a, rows);
 }
 
