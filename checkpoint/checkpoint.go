@@ -44,7 +44,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -54,6 +53,7 @@ import (
 	"sync"
 
 	"kimimoe/activation"
+	"kimimoe/internal/regular"
 	"kimimoe/moe"
 	"kimimoe/mxfp"
 	"kimimoe/safetensors"
@@ -141,33 +141,9 @@ func Open(dir string) (*Checkpoint, error) {
 // readIndex reads an index file: a regular file (never a FIFO or a
 // device, which could block or never end) of at most MaxIndexBytes.
 func readIndex(path string) ([]byte, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		kind := "a directory"
-		switch {
-		case st.Mode()&os.ModeNamedPipe != 0:
-			kind = "a FIFO"
-		case st.Mode()&os.ModeDevice != 0:
-			kind = "a device"
-		case !st.IsDir():
-			kind = "not a plain file"
-		}
-		return nil, bad("%s is not a regular file (%s)", path, kind)
-	}
-	if st.Size() > MaxIndexBytes {
-		return nil, bad("%s is %d bytes; an index is at most %d", path, st.Size(), MaxIndexBytes)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxIndexBytes+1))
-	if err == nil && len(data) > MaxIndexBytes {
-		err = bad("%s grew past %d bytes while read", path, MaxIndexBytes)
+	data, err := regular.ReadFile(path, MaxIndexBytes, "an index")
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, bad("%v", err)
 	}
 	return data, err
 }

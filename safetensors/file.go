@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sync"
+
+	"kimimoe/internal/regular"
 )
 
 // useMmap selects memory mapping where the platform has it; tests turn it
@@ -15,8 +17,9 @@ import (
 var useMmap = true
 
 // ErrNotRegular is wrapped by Open and the output checks for a path that
-// names a directory, FIFO, device or socket.
-var ErrNotRegular = errors.New("safetensors: not a regular file")
+// names a directory, FIFO, device or socket (it is regular.ErrNotRegular,
+// so one errors.Is serves every reader of the module).
+var ErrNotRegular = regular.ErrNotRegular
 
 // Reader is a safetensors file opened with Open: its header parsed and
 // checked, its tensors read on demand. A Reader is safe for concurrent use.
@@ -75,12 +78,8 @@ func Open(path string) (*Reader, error) {
 
 // openRegular opens path for reading if it is a regular file.
 func openRegular(path string) (*os.File, error) {
-	st, err := os.Stat(path) // follows symlinks; does not open (a FIFO would block)
-	if err != nil {
+	if _, err := regular.Stat(path); err != nil { // follows symlinks; does not open (a FIFO would block)
 		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is a %s", ErrNotRegular, path, modeName(st.Mode()))
 	}
 	f, err := openNoBlock(path)
 	if err != nil {
@@ -90,29 +89,11 @@ func openRegular(path string) (*os.File, error) {
 	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
 		f.Close()
 		if err == nil {
-			err = fmt.Errorf("%w: %s is a %s", ErrNotRegular, path, modeName(st.Mode()))
+			err = fmt.Errorf("%w: %s is a %s", ErrNotRegular, path, regular.Kind(st.Mode()))
 		}
 		return nil, err
 	}
 	return f, nil
-}
-
-func modeName(m os.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "directory"
-	case m&os.ModeNamedPipe != 0:
-		return "FIFO"
-	case m&os.ModeCharDevice != 0:
-		return "character device"
-	case m&os.ModeDevice != 0:
-		return "device"
-	case m&os.ModeSocket != 0:
-		return "socket"
-	case m&os.ModeSymlink != 0:
-		return "symbolic link"
-	}
-	return "non-regular file"
 }
 
 // safely runs f with memory faults turned into an error: a mapped file
@@ -279,7 +260,7 @@ func outputTarget(path string) (string, error) {
 	case err != nil:
 		return "", err
 	case !st.Mode().IsRegular():
-		return "", fmt.Errorf("%w: output %s is a %s; kimimoe writes only regular files", ErrNotRegular, path, modeName(st.Mode()))
+		return "", fmt.Errorf("%w: output %s is a %s; kimimoe writes only regular files", ErrNotRegular, path, regular.Kind(st.Mode()))
 	}
 	return target, nil
 }
@@ -297,27 +278,5 @@ func WriteFile(path string, tensors []*Tensor, metadata map[string]string) (err 
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(target), ".kimimoe-*.tmp")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err = tmp.Chmod(0o644); err != nil { // CreateTemp makes 0600; outputs are ordinary files
-		return err
-	}
-	if err = Write(tmp, tensors, metadata); err != nil {
-		return err
-	}
-	if err = tmp.Sync(); err != nil {
-		return err
-	}
-	if err = tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), target)
+	return regular.WriteAtomic(target, func(w io.Writer) error { return Write(w, tensors, metadata) })
 }

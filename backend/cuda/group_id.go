@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"kimimoe/internal/regular"
 )
 
 // UniqueID is NCCL's ncclUniqueId: 128 opaque bytes that rank 0 makes
@@ -80,21 +82,10 @@ func ReadUniqueIDFile(path string, timeout time.Duration) (UniqueID, error) {
 	}
 }
 
-// readIDFile reads an id file only if it is a regular file of id size (a
-// FIFO would block past any timeout; a device never end).
+// readIDFile reads an id file only if it is a small regular file (a FIFO
+// would block past any timeout; a device never end).
 func readIDFile(path string) ([]byte, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%v)", path, st.Mode().Type())
-	}
-	const maxIDFile = 4096 // 256 hex digits and white space
-	if st.Size() > maxIDFile {
-		return nil, fmt.Errorf("%s is %d bytes; an id file holds 256 hex digits", path, st.Size())
-	}
-	return os.ReadFile(path)
+	return regular.ReadFile(path, 4096, "an id file (256 hex digits)")
 }
 
 // RankEnvNames names the launcher variables RankEnv reads from, as set

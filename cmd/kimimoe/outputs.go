@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"kimimoe/internal/regular"
 	"kimimoe/safetensors"
 )
 
@@ -81,23 +82,10 @@ func writeOutput(path string, data []byte) error {
 	if t, err := filepath.EvalSymlinks(path); err == nil {
 		target = t
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(target), ".kimimoe-*.tmp")
-	if err != nil {
+	return regular.WriteAtomic(target, func(w io.Writer) error {
+		_, err := w.Write(data)
 		return err
-	}
-	defer os.Remove(tmp.Name()) // a no-op after the rename
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), target)
+	})
 }
 
 // checkJSONOutput checks a --json path ("-" is stdout).

@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/color"
-	"io"
 	"math"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"kimimoe/internal/regular"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -167,27 +167,9 @@ const (
 // readJSON reads a JSON input: a regular file (a FIFO would block, a
 // device never end) of at most maxJSONBytes.
 func readJSON(path string, v any) error {
-	st, err := os.Stat(path)
+	data, err := regular.ReadFile(path, maxJSONBytes, "a bench or peer JSON")
 	if err != nil {
 		return err
-	}
-	if !st.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file (%s)", path, fileKind(st.Mode()))
-	}
-	if st.Size() > maxJSONBytes {
-		return fmt.Errorf("%s is %d bytes; a bench or peer JSON is at most %d", path, st.Size(), maxJSONBytes)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxJSONBytes+1))
-	if err != nil {
-		return err
-	}
-	if len(data) > maxJSONBytes {
-		return fmt.Errorf("%s grew past %d bytes while read", path, maxJSONBytes)
 	}
 	if err := json.Unmarshal(data, v); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
@@ -195,28 +177,47 @@ func readJSON(path string, v any) error {
 	return nil
 }
 
-// check refuses rows a log-log plot or a ratio cannot take, labels too
-// long to print, and two rows of one M.
-func (d *benchDoc) check(path string) error {
-	if len(d.Rows) == 0 || len(d.Rows) > maxRows {
-		return usagef("%s has %d rows; want 1 to %d", path, len(d.Rows), maxRows)
+// checkRows refuses labels too long to print and token counts no bench
+// writes or that appear twice: what the bench and peer files share.
+func checkRows(path string, labels []string, ms []int) error {
+	if len(ms) > maxRows {
+		return usagef("%s has %d rows; want at most %d", path, len(ms), maxRows)
 	}
-	for _, s := range []string{d.Backend, d.Device, d.Date, d.Timing} {
+	for _, s := range labels {
 		if len(s) > maxLabelBytes {
 			return usagef("%s: a label of %d bytes (at most %d)", path, len(s), maxLabelBytes)
 		}
 	}
 	seen := map[int]bool{}
-	for i, r := range d.Rows {
+	for i, m := range ms {
 		switch {
-		case r.M < 1 || r.M > maxTokens:
-			return usagef("%s: row %d has M = %d; want 1 to %d", path, i, r.M, maxTokens)
-		case !(r.MedianMS > 0) || !(r.FloorMS > 0) || math.IsInf(r.MedianMS, 0) || math.IsInf(r.FloorMS, 0):
-			return usagef("%s: row %d (M = %d) has median %v ms and floor %v ms; want positive finite times", path, i, r.M, r.MedianMS, r.FloorMS)
-		case seen[r.M]:
-			return usagef("%s: two rows of M = %d", path, r.M)
+		case m < 1 || m > maxTokens:
+			return usagef("%s: row %d has M = %d; want 1 to %d", path, i, m, maxTokens)
+		case seen[m]:
+			return usagef("%s: two rows of M = %d", path, m)
 		}
-		seen[r.M] = true
+		seen[m] = true
+	}
+	return nil
+}
+
+// check refuses what a log-log plot or a ratio cannot take: no rows, and
+// times that are not positive and finite (checkRows the rest).
+func (d *benchDoc) check(path string) error {
+	if len(d.Rows) == 0 {
+		return usagef("%s has no rows", path)
+	}
+	ms := make([]int, len(d.Rows))
+	for i, r := range d.Rows {
+		ms[i] = r.M
+	}
+	if err := checkRows(path, []string{d.Backend, d.Device, d.Date, d.Timing}, ms); err != nil {
+		return err
+	}
+	for i, r := range d.Rows {
+		if !(r.MedianMS > 0) || !(r.FloorMS > 0) || math.IsInf(r.MedianMS, 0) || math.IsInf(r.FloorMS, 0) {
+			return usagef("%s: row %d (M = %d) has median %v ms and floor %v ms; want positive finite times", path, i, r.M, r.MedianMS, r.FloorMS)
+		}
 	}
 	return nil
 }
@@ -224,25 +225,17 @@ func (d *benchDoc) check(path string) error {
 // check is benchDoc.check for a peer's file; rows without a time (M the
 // peer did not run) are allowed and skipped.
 func (d *peerDoc) check(path string) error {
-	if len(d.Rows) > maxRows {
-		return usagef("%s has %d rows; want at most %d", path, len(d.Rows), maxRows)
-	}
-	for _, s := range []string{d.Peer, d.DateUTC, d.Date, d.Device} {
-		if len(s) > maxLabelBytes {
-			return usagef("%s: a label of %d bytes (at most %d)", path, len(s), maxLabelBytes)
-		}
-	}
-	seen := map[int]bool{}
+	ms := make([]int, len(d.Rows))
 	for i, r := range d.Rows {
-		switch {
-		case r.M < 1 || r.M > maxTokens:
-			return usagef("%s: row %d has M = %d; want 1 to %d", path, i, r.M, maxTokens)
-		case !(r.GraphMS >= 0) || !(r.Graph2 >= 0) || math.IsInf(r.GraphMS, 0) || math.IsInf(r.Graph2, 0):
+		ms[i] = r.M
+	}
+	if err := checkRows(path, []string{d.Peer, d.DateUTC, d.Date, d.Device}, ms); err != nil {
+		return err
+	}
+	for i, r := range d.Rows {
+		if !(r.GraphMS >= 0) || !(r.Graph2 >= 0) || math.IsInf(r.GraphMS, 0) || math.IsInf(r.Graph2, 0) {
 			return usagef("%s: row %d (M = %d) has time %v ms", path, i, r.M, d.ms(i))
-		case seen[r.M]:
-			return usagef("%s: two rows of M = %d", path, r.M)
 		}
-		seen[r.M] = true
 	}
 	return nil
 }
@@ -315,19 +308,4 @@ func drawPlot(format string, doc *benchDoc, peers []*peerDoc) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
-}
-
-// fileKind names a non-regular file's kind for messages.
-func fileKind(m os.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&os.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&os.ModeDevice != 0:
-		return "a device"
-	case m&os.ModeSocket != 0:
-		return "a socket"
-	}
-	return "not a plain file"
 }
