@@ -68,7 +68,6 @@ type ckptFlags struct {
 	tp, tpRank, topk           *int
 	activation                 *string
 	params                     map[string]*optFloat
-	paramOrder                 []string
 	maxGiB                     float64 // the command's --max-memory-gib: bounds the layer Load reads
 }
 
@@ -112,7 +111,6 @@ func addCkptFlags(fs *flagSet) *ckptFlags {
 		o := &optFloat{}
 		fs.Var(o, p.name, p.usage+", a `number` (default: the case's or the format's)")
 		cf.params[p.name] = o
-		cf.paramOrder = append(cf.paramOrder, p.name)
 	}
 	return cf
 }

@@ -52,12 +52,7 @@ func runRun(args []string) error {
 		fmt.Printf("note: %s\n", n)
 	}
 	w := c.Weights
-	pairs := 0
-	for _, id := range c.Input.TopKIDs {
-		if _, ok := c.Spec.EP.Local(int64(id), w.E); ok {
-			pairs++
-		}
-	}
+	pairs := localSlots(c)
 	need := oracleBytes(w.E, w.N, w.K, w.Gated, c.Input.M, pairs)
 	if err := checkMemory(fmt.Sprintf("case %s (M=%d, %d local slots, %d experts)", *in, c.Input.M, pairs, w.E), need, *maxMem); err != nil {
 		return err
