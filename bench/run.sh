@@ -7,7 +7,7 @@
 # OUTDIR (default bench/results) gets validate_mxfp8.json and
 # validate_flashinfer.json (validate --suite all --require-situ on the GPU
 # backend), bench.json (kimimoe bench, 20 interleaved rounds), the peers'
-# JSONs peer_moe.json and peer_triton_kernels.json, compare.md (kimimoe
+# JSONs peer_triton_kernels.json (first) and peer_moe.json, compare.md (kimimoe
 # compare: per M, each peer / kimimoe) and bench.svg (kimimoe plot), and
 # run.log. The kimimoe command is built with go when go is on PATH, else
 # taken from $KIMIMOE or PATH.
@@ -35,19 +35,20 @@ ms=1,2,4,8,16,32,128,256,512,1024,2048,8192
 step "kimimoe bench"
 "$km" bench --backend cuda --m "$ms" --rounds 20 --json "$out/bench.json" || exit 1
 peer=$(mktemp -d)
-step "peer: the Triton MX MoE (bench/peer_moe.py)"
-OUT="$peer" PEER_MS="$ms" PEER_BUDGET_S="${PEER_BUDGET_S:-150}" PYTHONUNBUFFERED=1 python3 bench/peer_moe.py > "$peer/moe.txt" 2>&1
-tail -16 "$peer/moe.txt"
-cp "$peer/peer_triton.json" "$out/peer_moe.json"
-peers="$out/peer_moe.json"
+peers=
+# The production peer first, while the device is as the bench left it.
 if [ -n "${TRITON_KERNELS_SRC:-}" ]; then
   step "peer: triton_kernels matmul_ogs (bench/peer_triton_kernels.py)"
   OUT="$peer" PEER_M="$ms" PEER_BUDGET_S="${PEER_BUDGET_S:-150}" PYTHONUNBUFFERED=1 python3 bench/peer_triton_kernels.py > "$peer/tk.txt" 2>&1
   tail -16 "$peer/tk.txt"
-  cp "$peer/peer_triton_kernels.json" "$out/peer_triton_kernels.json" && peers="$peers,$out/peer_triton_kernels.json"
+  cp "$peer/peer_triton_kernels.json" "$out/peer_triton_kernels.json" && peers="$out/peer_triton_kernels.json"
 else
   echo "TRITON_KERNELS_SRC is not set: triton_kernels is not measured"
 fi
+step "peer: the Triton MX MoE (bench/peer_moe.py)"
+OUT="$peer" PEER_MS="$ms" PEER_BUDGET_S="${PEER_BUDGET_S:-150}" PYTHONUNBUFFERED=1 python3 bench/peer_moe.py > "$peer/moe.txt" 2>&1
+tail -16 "$peer/moe.txt"
+cp "$peer/peer_triton.json" "$out/peer_moe.json" && peers="${peers:+$peers,}$out/peer_moe.json"
 step "compare and plot"
 "$km" compare --bench "$out/bench.json" --peers "$peers" --markdown | tee "$out/compare.md"
 "$km" plot --bench "$out/bench.json" --peers "$peers" --out "$out/bench.svg"
