@@ -103,7 +103,7 @@ func runBench(args []string) error {
 			return usagef("%s %d: must be a positive multiple of 32 (MX blocks), or 0 for Kimi's", d.flag, d.v)
 		}
 	}
-	if err := checkJSONOutput(*jsonPath, inputsOf(*peersPath)...); err != nil {
+	if err := checkJSONOutput(*jsonPath, peerPaths(*peersPath)...); err != nil {
 		return err
 	}
 	var plotFmt string
@@ -112,7 +112,7 @@ func runBench(args []string) error {
 		if plotFmt, kind, err = plotFormat(*plotPath); err != nil {
 			return err
 		}
-		if err := checkOutput("plot", *plotPath, kind, inputsOf(*peersPath, *jsonPath)...); err != nil {
+		if err := checkOutput("plot", *plotPath, kind, append(peerPaths(*peersPath), inputsOf(*jsonPath)...)...); err != nil {
 			return err
 		}
 	}

@@ -25,7 +25,7 @@ type checkFlags struct {
 	maxMem                      *float64
 }
 
-func (f *checkFlags) options(fs *flagSet) check.Options {
+func (f *checkFlags) options() check.Options {
 	o := check.Options{MinCosine: *f.minCos, MaxNRMSE: *f.maxNRMSE, RTol: *f.rtol, ATol: *f.atol, MaxRows: *f.diagRows}
 	o.RTolSet, o.ATolSet = true, true
 	return o
@@ -139,7 +139,7 @@ func checkOne(fs *flagSet, c *validation.Case, notes []string, casePath, candPat
 	if err := checkMemory(fmt.Sprintf("case %s", casePath), oracleBytes(w.E, w.N, w.K, w.Gated, m, localSlots(c)), *f.maxMem); err != nil {
 		return nil, err
 	}
-	rep, err := check.Compare(c, got, ct.DType, f.options(fs))
+	rep, err := check.Compare(c, got, ct.DType, f.options())
 	if err != nil {
 		return nil, asUsage(err)
 	}

@@ -235,3 +235,14 @@ func TestCheckpointMemoryLimit(t *testing.T) {
 	expect(t, 2, "over the limit of", "run", "--checkpoint", ck, "--layer", "2", "--inputs", inputs, "--out", out, "--max-memory-gib", "0.00001")
 	expect(t, 0, "wrote", "case", "--checkpoint", ck, "--layer", "2", "--inputs", inputs, "--out", out)
 }
+
+// bench and plot refuse an output that is the second of several --peers
+// files (the list was checked as one path).
+func TestOutputIsOneOfSeveralPeers(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.json"), filepath.Join(dir, "b.svg")
+	os.WriteFile(a, []byte(`{"rows": []}`), 0o644)
+	os.WriteFile(b, []byte(`<svg/>`), 0o644)
+	expect(t, 2, "is the input file", "plot", "--bench", a, "--peers", a+","+b, "--out", b)
+	expect(t, 2, "is the input file", "bench", "--peers", a+","+b, "--plot", b)
+}

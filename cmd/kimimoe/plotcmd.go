@@ -81,13 +81,13 @@ func (d *peerDoc) timing() string {
 	return ""
 }
 
+// peerPaths splits a --peers list into its files.
+func peerPaths(list string) []string { return inputsOf(strings.Split(list, ",")...) }
+
 // readPeers reads a comma-separated list of peer JSONs.
 func readPeers(list string) ([]*peerDoc, error) {
 	var out []*peerDoc
-	if list == "" {
-		return nil, nil
-	}
-	for _, p := range strings.Split(list, ",") {
+	for _, p := range peerPaths(list) {
 		d := &peerDoc{}
 		if err := readJSON(p, d); err != nil {
 			return nil, asUsage(err)
@@ -121,7 +121,7 @@ func runPlot(args []string) error {
 	}
 	// Everything about the output before anything is read or drawn: a
 	// failed plot leaves an existing file as it was.
-	if err := checkOutput("out", *out, kind, append(inputsOf(*benchPath), strings.Split(*peersPath, ",")...)...); err != nil {
+	if err := checkOutput("out", *out, kind, append(inputsOf(*benchPath), peerPaths(*peersPath)...)...); err != nil {
 		return err
 	}
 	var doc benchDoc
