@@ -83,6 +83,11 @@ func Diagnose(c *validation.Case, r *Report) {
 		got = append(got, r.got[t*k:(t+1)*k]...)
 	}
 	r.Diagnosis = nil
+	base, err := moe.NewOracle(c.Weights, c.Spec) // decoded once; variants with the same codes share it
+	if err != nil {
+		r.DiagnosisNote = fmt.Sprintf("no diagnosis: %v", err)
+		return
+	}
 	for _, h := range hypotheses {
 		res := Hypothesis{Name: h.name, What: h.doc, NRMSE: Num(math.NaN()), Cosine: Num(math.NaN())}
 		vs, skip := h.build(c)
@@ -94,7 +99,11 @@ func Diagnose(c *validation.Case, r *Report) {
 		best, have := math.Inf(1), false
 		var errs []string
 		for _, v := range vs {
-			ref, err := v.c.OracleForward(rows)
+			ref := make([]float64, len(rows)*k)
+			o, err := base.Derive(v.c.Weights, v.c.Spec)
+			if err == nil {
+				err = o.Forward(ref, &v.c.Input, rows)
+			}
 			if err != nil {
 				errs = append(errs, fmt.Sprintf("%s: %v", v.what, err))
 				continue

@@ -70,6 +70,29 @@ func NewOracle(w *Weights, spec LayerSpec) (*Oracle, error) {
 	return o, nil
 }
 
+// Derive returns an oracle for w and spec. When w holds o's FC1 and FC2
+// codes (the same slices: only scales, biases, spec or inputs differ) it
+// shares o's decode tables instead of decoding again, so trying many
+// specs on one layer costs one decode.
+func (o *Oracle) Derive(w *Weights, spec LayerSpec) (*Oracle, error) {
+	if w == nil || !sameSlice(w.W31, o.w.W31) || !sameSlice(w.W2, o.w.W2) || w.E != o.w.E || w.N != o.w.N || w.K != o.w.K || w.Gated != o.w.Gated {
+		return NewOracle(w, spec)
+	}
+	if err := spec.Validate(w); err != nil {
+		return nil, err
+	}
+	numGlobal, err := spec.EP.NumGlobal(w.E)
+	if err != nil {
+		return nil, err
+	}
+	return &Oracle{spec: spec, w: w, numGlobal: numGlobal, w31: o.w31, w2: o.w2}, nil
+}
+
+// sameSlice reports whether a and b are the same slice of one array.
+func sameSlice(a, b []uint8) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
 // Spec returns the layer spec.
 func (o *Oracle) Spec() LayerSpec { return o.spec }
 

@@ -1,0 +1,68 @@
+package moe
+
+import (
+	"testing"
+
+	"kimimoe/activation"
+	"kimimoe/mxfp"
+)
+
+// Derive shares the decode tables when only scales, biases or the spec
+// differ, decodes again when the codes differ, and computes what a fresh
+// oracle computes either way.
+func TestDeriveSharesDecodeTables(t *testing.T) {
+	w := NewWeights(2, 32, 64, true)
+	for i := range w.W31 {
+		w.W31[i] = uint8(i * 7)
+	}
+	for i := range w.W2 {
+		w.W2[i] = uint8(i * 13)
+	}
+	for _, sc := range [][]uint8{w.W31Scale, w.W2Scale} {
+		for i := range sc {
+			sc[i] = uint8(124 + i%3)
+		}
+	}
+	spec := LayerSpec{Activation: activation.Situ, Params: []activation.Params{activation.DefaultParams()}, Chain: ChainMXFP8, Recipe: mxfp.RecipeRCeil}
+	base, err := NewOracle(w, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &Input{M: 2, TopK: 1, X: make([]float32, 2*64), TopKIDs: []int32{0, 1}, TopKWeights: []float32{1, 0.5}}
+	for i := range in.X {
+		in.X[i] = float32(i%9) - 4
+	}
+	scaled := *w
+	scaled.W2Scale = append([]uint8(nil), w.W2Scale...)
+	scaled.W2Scale[0]++
+	other := spec
+	other.Chain = ChainExact
+	recoded := *w
+	recoded.W31 = append([]uint8(nil), w.W31...)
+	recoded.W31[0] ^= 0x11
+	for _, c := range []struct {
+		name   string
+		w      *Weights
+		spec   LayerSpec
+		shared bool
+	}{{"scales", &scaled, spec, true}, {"chain", w, other, true}, {"codes", &recoded, spec, false}} {
+		d, err := base.Derive(c.w, c.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if shared := &d.w31[0] == &base.w31[0]; shared != c.shared {
+			t.Errorf("%s: tables shared %v, want %v", c.name, shared, c.shared)
+		}
+		fresh, _ := NewOracle(c.w, c.spec)
+		got, want := make([]float64, 2*64), make([]float64, 2*64)
+		if err := d.Forward(got, in, nil); err != nil {
+			t.Fatal(err)
+		}
+		fresh.Forward(want, in, nil)
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("%s: out[%d] = %v, a fresh oracle gives %v", c.name, i, got[i], want[i])
+			}
+		}
+	}
+}
