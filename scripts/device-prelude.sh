@@ -1,21 +1,19 @@
 # Helpers for a script run on a GPU machine from a checkout with .gpu/
-# built (scripts/gpu-check.sh build), for comparing binaries or kernel
-# variants:
+# built (scripts/gpu-check.sh build), for comparing binaries:
 #
 #   source scripts/device-prelude.sh        # LOG=name.log to name the log
 #   compile_all kimimoe kimimoe_old         # each binary's kernel module, in parallel
-#   compile_all base= pf0=KMOE_F4SD_PF=0    # or variants of .gpu/kimimoe's (KIMIMOE_NVRTC_DEFINES)
 #   same_validate a.json b.json             # two validate JSONs equal, times aside?
 #   ab_passes 3 1,8,32 old=BIN=kimimoe_old new=   # interleaved bench passes
 #
 # Two things it guards against: a bare `wait` also waits for the tee that
 # copies the output into $OUT, which ends only with the script (wait on
 # your own PIDs: wait_own); and every binary built from another kernel
-# source, and every variant, compiles its module on first use (about 100 s
-# with NVRTC 13.0 on an H200): a command timed out before that is killed
-# before its cubin is cached, and the next one compiles again, so
-# compile_all compiles each once, with ptxas's notes, under a timeout that
-# fits.
+# source compiles its module on first use (about 100 s with NVRTC 13.0 on
+# an H200): a command timed out before that is killed before its cubin is
+# cached, and the next one compiles again, so compile_all compiles each
+# once under a timeout that fits. (Register counts and spills:
+# .gpu/cuda.test -test.run TestPtxasNotes -ptxas -test.v.)
 #
 # Sets KIMIMOE_CACHE (one cubin cache for the run) and NCCL_NVLS_ENABLE=0;
 # el prints the seconds since the prelude ran.
@@ -36,22 +34,15 @@ wait_own() {
 	return $rc
 }
 
-# compile_all ITEM...: compile, in parallel, the kernel module of each
-# ITEM, a binary .gpu/BIN (under the caller's KIMIMOE_NVRTC_DEFINES) or a
-# variant LABEL=DEFINES of .gpu/kimimoe (DEFINES: KIMIMOE_NVRTC_DEFINES'
-# words, space-separated; empty for the plain module), with a one-token
-# bench on a tiny layer under KIMIMOE_NVRTC_VERBOSE=1; then print each
-# one's ptxas lines for the kernels matching $PTXAS_KERNELS (an extended
-# regex; default the wgmma-fp4 GEMMs) and, if it failed, its log's end.
-# COMPILE_TIMEOUT (default 240 s) bounds each. Returns nonzero if any
-# failed.
+# compile_all BIN...: compile, in parallel, the kernel module of each
+# binary .gpu/BIN with a one-token bench on a tiny layer, and print, for
+# one that failed, its log's end. COMPILE_TIMEOUT (default 240 s) bounds
+# each. Returns nonzero if any failed.
 compile_all() {
-	local item items=("$@") pids=() bin defs
+	local item items=("$@") pids=()
 	for item in "${items[@]}"; do
-		bin=$item defs=${KIMIMOE_NVRTC_DEFINES:-}
-		if [[ $item == *=* ]]; then bin=kimimoe defs=${item#*=}; fi
-		KIMIMOE_NVRTC_DEFINES="$defs" KIMIMOE_NVRTC_VERBOSE=1 timeout "${COMPILE_TIMEOUT:-240}" ".gpu/$bin" bench --backend cuda \
-			--k 256 --n 256 --m 1 --rounds 1 --warmup 0 --copy-mb 64 >"/tmp/compile_${item%%=*}.txt" 2>&1 &
+		timeout "${COMPILE_TIMEOUT:-240}" ".gpu/$item" bench --backend cuda \
+			--k 256 --n 256 --m 1 --rounds 1 --warmup 0 --copy-mb 64 >"/tmp/compile_$item.txt" 2>&1 &
 		pids+=($!)
 	done
 	local i rc fail=0 log
@@ -60,10 +51,6 @@ compile_all() {
 		wait "${pids[$i]}"
 		rc=$?
 		echo "compiled ${item%%=*}: exit $rc (t=$(el) s)"
-		grep -a -A3 -E "entry function '(${PTXAS_KERNELS:-kmoe_f4s?_gemm[a-z0-9_]*})'" "$log" |
-			grep -a -o -E "entry function '[a-z0-9_]*'|[0-9]+ bytes spill stores|Used [0-9]+ registers" |
-			sed -E "s/entry function '([a-z0-9_]*)'/\n  \1:/" | tr '\n' ' ' | sed 's/  \+/ /g'
-		echo
 		if [ "$rc" != 0 ]; then
 			tail -5 "$log"
 			fail=1

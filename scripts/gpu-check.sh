@@ -66,14 +66,14 @@ for chain in mxfp8 flashinfer; do
 done
 # The small tiles on the wgmma loop, launched without programmatic
 # dependence (its summary line in the log).
-KIMIMOE_FP4_SYNC=0 KIMIMOE_PDL=0 timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ 2>&1 | tee -a "$log" | tail -1
+timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ --tune fp4-sync=off,pdl=off 2>&1 | tee -a "$log" | tail -1
 # GEMM1's activation as a kernel of its own at every M (kmoe_act_requant;
 # by default from 97 to 2048 tokens), non-finite inputs included.
-KIMIMOE_FP4_ACT_MIN_M=1 KIMIMOE_FP4_ACT_MAX_M=100000 timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ 2>&1 | tee -a "$log" | tail -1
+timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ --tune fp4-act-min-m=1,fp4-act-max-m=100000 2>&1 | tee -a "$log" | tail -1
 # The whole matrix without the wgmma-fp4 path: the decode path at small M,
 # then the mma.sync GEMMs, the wgmma GEMMs from every grouped M.
-KIMIMOE_FP4_MAX_M=0 timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ --json "$OUT/validate_situ_mxfp8_nofp4.json" 2>&1 | tee -a "$log" | tail -1
-KIMIMOE_FP4_MAX_M=0 KIMIMOE_DECODE_MAX_M=-1 KIMIMOE_WGMMA_MIN_M=1 timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ 2>&1 | tee -a "$log" | tail -1
+timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ --tune fp4-max-m=-1 --json "$OUT/validate_situ_mxfp8_nofp4.json" 2>&1 | tee -a "$log" | tail -1
+timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ --tune fp4-max-m=-1,decode-max-m=-1,wgmma-min-m=1 2>&1 | tee -a "$log" | tail -1
 timeout 60 .gpu/kimimoe validate --backend cuda --suite smoke --activation swiglu_oai --recipe floor 2>&1 | tee -a "$log" | tail -1
 for tool in memcheck racecheck; do
   timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 .gpu/kimimoe validate --backend cuda --suite smoke --runs 1 > /tmp/san.txt 2>&1
@@ -81,5 +81,5 @@ for tool in memcheck racecheck; do
 done
 # GEMM1's activation kernel at every M (it and GEMM1's store for it use no
 # shared memory, so memcheck).
-KIMIMOE_FP4_ACT_MIN_M=1 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 .gpu/kimimoe validate --backend cuda --suite smoke --runs 1 > /tmp/san.txt 2>&1
-echo "compute-sanitizer memcheck on validate --suite smoke with KIMIMOE_FP4_ACT_MIN_M=1: exit $?" | tee -a "$log"; tail -2 /tmp/san.txt | tee -a "$log"
+timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 .gpu/kimimoe validate --backend cuda --suite smoke --runs 1 --tune fp4-act-min-m=1 > /tmp/san.txt 2>&1
+echo "compute-sanitizer memcheck on validate --suite smoke with --tune fp4-act-min-m=1: exit $?" | tee -a "$log"; tail -2 /tmp/san.txt | tee -a "$log"

@@ -7,7 +7,7 @@
 # name, a wrong type, a bad template instantiation) in every instantiated
 # kernel; it cannot check PTX, register use or anything NVRTC decides.
 # KERNEL_SYNTAX_FLAGS adds g++ options (e.g. -DNAME for a variant that a
-# device call selects through KIMIMOE_NVRTC_DEFINES).
+# device call selects).
 # Exit status 1 on an error; 0 with a note if g++ is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,18 +1,17 @@
 package cuda
 
 import (
-	_ "embed"
+	"embed"
 	"fmt"
 	"reflect"
 	"strings"
-	"unicode"
 
 	"kimimoe/activation"
 	"kimimoe/moe"
 	"kimimoe/mxfp"
 )
 
-// The kernel ABI: everything Go and kernels/moe.cu must agree on, defined
+// The kernel ABI: everything Go and the kernels must agree on, defined
 // once, here. abiHeader turns it into C (macros, one argument struct per
 // kernel with static_asserts on every field offset and the size) that is
 // prepended to the embedded source before NVRTC compiles it, so a field
@@ -21,8 +20,41 @@ import (
 // its arguments as one struct, passed by value; launch binds a kernel to
 // its argument type at compile time (kernel[A]).
 
-//go:embed kernels/moe.cu
-var kernelSource string
+//go:embed kernels/*.cu kernels/*.cuh
+var kernelFiles embed.FS
+
+// kernelOrder is the product module's files in the order NVRTC compiles
+// them as one program: each file uses only what the ones before it define.
+// The generated wgmma shapes (wgmma_gen.go) come before the first GEMM
+// that issues one.
+var kernelOrder = []string{
+	"common.cuh", "formats.cuh", "mma.cuh", "activation.cuh", "ptx.cuh",
+	"quantize.cu", "routing.cu", "grouped.cu", "wgmma_shapes", "wgmma.cu",
+	"fp4_widen.cuh", "fp4_wgmma.cu", "fp4_sync.cu", "fp4_gemm.cu",
+	"decode.cu", "finalize.cu", "ep.cu",
+}
+
+// kernelText is one of kernels/ with a #line directive, so that NVRTC's
+// messages name the file and line.
+func kernelText(name string) string {
+	if name == "wgmma_shapes" {
+		return "#line 1 \"wgmma_shapes (generated)\"\n" + wgmmaSource()
+	}
+	b, err := kernelFiles.ReadFile("kernels/" + name)
+	if err != nil {
+		panic("cuda: kernels/" + name + " is not embedded")
+	}
+	return "#line 1 \"" + name + "\"\n" + string(b)
+}
+
+// kernelSource is the product module's kernels, without the ABI header.
+var kernelSource = func() string {
+	var b strings.Builder
+	for _, n := range kernelOrder {
+		b.WriteString(kernelText(n))
+	}
+	return b.String()
+}()
 
 // Arch names an NVRTC target.
 const (
@@ -183,7 +215,7 @@ const (
 	abiFormFloat     int32 = 1 // x given as float32
 )
 
-// The decode path's kernels (see kernels/moe.cu "the decode path").
+// The decode path's kernels (see kernels/decode.cu).
 type decodePrologueArgs struct {
 	X       devptr `c:"const float*"`
 	XQIn    devptr `c:"const u8*" cname:"xq_in"`
@@ -243,7 +275,7 @@ type decodeGemm2Args struct {
 	ZeroRow int32 // row of aq/aqsf that is all zeros (M x top-k)
 }
 
-// The wgmma path's geometry (wg_layout.go, kernels/moe.cu "the wgmma path").
+// The wgmma path's geometry (wg_layout.go, kernels/wgmma.cu).
 const (
 	abiWGTokens = 128 // tokens per tile: two warpgroups of 64 (the wgmma's M)
 	abiWGChunkK = 64  // k per staged chunk: 128 bytes of BF16 a row
@@ -281,7 +313,7 @@ const (
 	abiDecodeScales  = 16 * abiStageK / 32
 )
 
-// The wgmma path (sm_90a; kernels/moe.cu "the wgmma path"): x as BF16,
+// The wgmma path (sm_90a; kernels/wgmma.cu): x as BF16,
 // then the two GEMMs on BF16 operands (W arranged by wg_layout.go); GEMM1
 // writes the requantized intermediate as BF16 (AQBF) for GEMM2.
 type xBF16Args struct {
@@ -327,14 +359,6 @@ type routeXBF16Args struct {
 // entries are 32 short steps.
 const abiRouteCTAMax = 1024
 
-// routeManyMaxMDefault is the most tokens whose prologue, above
-// abiRouteCTAMax entries, is the one launch of kmoe_route_x_many rather
-// than four (the memset, kmoe_x_bf16, kmoe_route_count,
-// kmoe_route_scatter); KIMIMOE_ROUTE_MANY_MAX_M moves it (0: never).
-// Three launch gaps fewer made it faster up to 512 tokens and no slower
-// above, so it takes every M (docs/PERF.md).
-const routeManyMaxMDefault = 8192
-
 type wgGemm1Args struct {
 	XBF      devptr `c:"const u8*" cname:"xbf"`
 	W        devptr `c:"const u8*"`
@@ -365,9 +389,9 @@ type wgGemm2Args struct {
 	Pad      int32 `cname:"unused"`
 }
 
-// The wgmma-fp4 path (sm_90a; f4_layout.go, kernels/moe.cu "the
-// wgmma-fp4 path"): MXFP4 weights widened to BF16 in registers, x and the
-// intermediate as BF16 as on the wgmma path.
+// The wgmma-fp4 path (sm_90a; f4_layout.go, kernels/fp4_*.cu): MXFP4
+// weights widened to BF16 in registers, x and the intermediate as BF16 as
+// on the wgmma path.
 const (
 	f4ChunkBytes   = 128 * 16 // payload of one 64-row group and 64-k chunk
 	f4ChunkScales  = 32 * 4   // its scale bytes: one word a quad (its four threads share rows and blocks)
@@ -404,34 +428,6 @@ const (
 // other widens.
 const f4PipeMinTokens = 128
 
-// f4FitMaxMDefault is the most tokens the fitted instances take (between
-// the measured 512, where they win, and 1024, where they lose).
-const f4FitMaxMDefault = 512
-
-// f4ActMinMDefault and f4ActMaxMDefault bound the token counts whose GEMM1
-// epilogue runs as a kernel of its own (kmoe_act_requant): taking the
-// activation's straight-line code out of GEMM1 pays from the 48-token
-// tiles up, and costs more than it saves on the smaller ones.
-// Its grid: at most actCTAsSM CTAs an SM, each warp going over the routed
-// rows' 32-feature blocks four at a time. Its input, GEMM1's up and gate
-// in float32, takes 8 bytes a routing entry and feature, allocated for
-// every entry (3.2 GB at M=8192 with top-16 on the Kimi shape, half of it
-// read with 8 slots local): the upper bound keeps that workspace bounded,
-// GEMM1's epilogue taking larger M.
-const (
-	f4ActMinMDefault = 89
-	f4ActMaxMDefault = 8192
-	actCTAsSM        = 8
-)
-
-// actByTileMaxMDefault is the most tokens whose activation kernel runs by
-// tile (actByTile: a CTA a row of a routing tile, each waiting for its
-// tile's GEMM1 CTAs and counted for GEMM2's CTAs of that tile) rather
-// than over the grid after all of GEMM1: it then runs beside GEMM1's last
-// tiles, which pays while a wave of tiles is short; with many tiles each
-// CTA's wait and count cost more than the overlap gives.
-const actByTileMaxMDefault = 192
-
 // f4Stages are the token chunks staged at once per tile size: deeper for
 // small tiles, whose stages are small and whose loop is latency-bound.
 // past 4 the depth measured even, and the 256-token tile's 64 KB stages
@@ -451,7 +447,7 @@ var f4Ahead = map[int]int{8: 2, 16: 2, 32: 2, 48: 2, 64: 4, 128: 4, 256: 2}
 // alignment slack of its swizzled stages.
 func f4Smem(nt int) int { return f4Stages[nt]*nt*2*2*abiWGChunkK + 4*nt + abiSmemAlign }
 
-// The small tiles' barrier-free loop (kernels/moe.cu f4s_k_loop): mma.sync
+// The small tiles' barrier-free loop (kernels/fp4_sync.cu f4s_k_loop): mma.sync
 // on the same layout, the tokens staged a window of f4sWinK[nt] k at a
 // time: the 16-token tile's small window lets four CTAs share an SM,
 // which outweighs its more frequent barriers; the 8-token tile's rows are
@@ -472,11 +468,8 @@ var (
 
 // f4sDeep2 is GEMM2's 8-token variant for M <= f4sDeepMaxM, whose grid
 // fills under two CTAs an SM (M=1: 224 CTAs): 8 steps in flight at 128
-// registers, two CTAs an SM: with so few CTAs only deeper streams keep
-// the memory busy, and from M=2 the grid is large enough without it.
+// registers, two CTAs an SM.
 var f4sDeep2 = struct{ ahead, blocks int }{8, 2}
-
-const f4sDeepMaxM = 1
 
 // maxTiles bounds the token tiles of tt tokens that entries routing
 // entries can make over e experts, the rows of the grouped GEMMs' grids
@@ -486,13 +479,6 @@ const f4sDeepMaxM = 1
 // routing makes more, and one reaches it: T - 1 experts with one entry
 // and the rest on the last (TestMaxTiles).
 func maxTiles(entries, e, tt int) int { return (entries + min(e, entries)*(tt-1)) / tt }
-
-// f4TileReadyMinM is the fewest tokens whose wgmma-fp4 GEMM2 waits for
-// its own tile's GEMM1 CTAs (tile_wait in kernels/moe.cu) instead of for
-// the whole GEMM1 grid, so that GEMM2 starts in GEMM1's last wave; at
-// M=1 GEMM1 is one wave, there is nothing to overlap, and the counts
-// would only add a fence and an atomic.
-const f4TileReadyMinM = 2
 
 // f4sSmem is sizeof(F4SyncSmem<nt>): two windows of the tile's token rows
 // (16 bytes of padding a row) and its source rows.
@@ -613,7 +599,8 @@ type kernelSpec struct {
 
 func spec[A any](name string) kernelSpec { return kernelSpec{name, reflect.TypeFor[A]()} }
 
-// The entry points, in kernels/moe.cu.
+// The entry points: the product module's (kernelSpecs), the test
+// module's (kTest*) and the timing module's (kL2Flush).
 var (
 	kQuantizeX    = spec[quantizeXArgs]("kmoe_quantize_x")
 	kRouteCount   = spec[routeCountArgs]("kmoe_route_count")
@@ -663,7 +650,7 @@ var decodeSubtiles = []int{1, 2, 4}
 
 var kernelSpecs = func() []kernelSpec {
 	all := []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize,
-		kDecPrologue, kTestWiden4, kXBF16, kRouteXBF16, kRouteXMany, kGatherRows, kAddRows, kTestF4Widen, kF4SGemm2Deep, kL2Flush, kTestDivParam, kActRequant}
+		kDecPrologue, kXBF16, kRouteXBF16, kRouteXMany, kGatherRows, kAddRows, kF4SGemm2Deep, kActRequant}
 	for _, m := range []map[int]kernelSpec{kDecGemm1, kDecGemm2, kWGGemm1, kWGGemm2, kF4Gemm1, kF4Gemm2, kF4FitGemm1, kF4FitGemm2, kF4SGemm1, kF4SGemm2} {
 		for _, k := range m {
 			all = append(all, k)
@@ -672,141 +659,26 @@ var kernelSpecs = func() []kernelSpec {
 	return all
 }()
 
-// cName is a struct's C name: quantizeXArgs -> QuantizeXArgs.
-func cName(t reflect.Type) string {
-	n := []rune(t.Name())
-	n[0] = unicode.ToUpper(n[0])
-	return string(n)
-}
-
-// snake maps a Go field name to C: NEntries -> n_entries, W31S -> w31s.
-func snake(s string) string {
-	var b strings.Builder
-	r := []rune(s)
-	for i, c := range r {
-		if unicode.IsUpper(c) && i > 0 && (unicode.IsLower(r[i-1]) || i+1 < len(r) && unicode.IsLower(r[i+1]) && unicode.IsUpper(r[i-1])) {
-			b.WriteByte('_')
-		}
-		b.WriteRune(unicode.ToLower(c))
-	}
-	return b.String()
-}
-
-func cField(f reflect.StructField) string {
-	if n := f.Tag.Get("cname"); n != "" {
-		return n
-	}
-	return snake(f.Name)
-}
-
-// cStruct renders t as a C struct with a static_assert on its size, taken
-// from Go's layout.
-func cStruct(t reflect.Type) string {
-	var b strings.Builder
-	name := cName(t)
-	fmt.Fprintf(&b, "struct %s {\n", name)
-	var next uintptr
-	ints := false
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if f.Offset != next {
-			panic("cuda: ABI struct " + t.Name() + " has padding before " + f.Name)
-		}
-		next = f.Offset + f.Type.Size()
-		if f.Type.Kind() == reflect.Uint64 && ints {
-			panic("cuda: ABI struct " + t.Name() + ": pointer " + f.Name + " after an int32 field")
-		}
-		ints = ints || f.Type.Kind() == reflect.Int32
-		var ct string
-		switch f.Type.Kind() {
-		case reflect.Uint64:
-			ct = f.Tag.Get("c")
-			if !strings.HasSuffix(ct, "*") {
-				panic("cuda: ABI field " + t.Name() + "." + f.Name + " is a devptr without a c:\"T*\" tag")
-			}
-		case reflect.Int32:
-			ct = "int"
-		default:
-			panic("cuda: ABI field " + t.Name() + "." + f.Name + " has unsupported type " + f.Type.String())
-		}
-		fmt.Fprintf(&b, "    %s %s;\n", ct, cField(f))
-	}
-	b.WriteString("};\n")
-	fmt.Fprintf(&b, "static_assert(sizeof(%s) == %d, \"%s: Go and CUDA disagree on the size\");\n", name, t.Size(), name)
-	return b.String()
-}
-
-// abiHeader is the C text prepended to kernels/moe.cu.
-func abiHeader() string {
-	var b strings.Builder
-	b.WriteString("// Generated from backend/cuda/abi.go: the kernel ABI. Do not edit.\n")
-	b.WriteString("typedef unsigned char u8;\ntypedef unsigned short u16;\ntypedef unsigned int u32;\n")
-	for _, d := range []struct {
-		name string
-		v    int
-	}{
-		{"THREADS", abiThreads}, {"STAGE_K", abiStageK}, {"GEMM1_FEATURES", abiGemm1Features},
-		{"GEMM2_ROWS", abiGemm2Rows}, {"TILE_SMALL", abiTileSmall}, {"TILE_LARGE", abiTileLarge},
-		{"FINALIZE_COLS", abiFinalizeCols}, {"PARAM_STRIDE", abiParamStride},
-		{"RECIPE_FLOOR", int(abiRecipeFloor)}, {"RECIPE_RCEIL", int(abiRecipeRCeil)},
-		{"CHAIN_MXFP8", int(abiChainMXFP8)}, {"CHAIN_FLASHINFER", int(abiChainFlashInfer)},
-		{"FORM_QUANTIZED", int(abiFormQuantized)}, {"FORM_FLOAT", int(abiFormFloat)},
-		{"DECODE_THREADS", abiDecodeThreads},
-		{"WG_TOKENS", abiWGTokens}, {"WG_CHUNK_K", abiWGChunkK}, {"WG_STAGES_128", wgStages[128]}, {"WG_STAGES_256", wgStages[256]},
-		{"WG_SMEM_128", wgSmem(128)}, {"WG_SMEM_256", wgSmem(256)},
-		{"SMEM_ALIGN", abiSmemAlign},
-		{"F4_STAGES_T8", f4Stages[8]}, {"F4_STAGES_T16", f4Stages[16]}, {"F4_STAGES_T32", f4Stages[32]},
-		{"F4_STAGES_T48", f4Stages[48]}, {"F4_STAGES_T64", f4Stages[64]}, {"F4_STAGES_T128", f4Stages[128]}, {"F4_STAGES_T256", f4Stages[256]},
-		{"F4_SMEM_T8", f4Smem(8)}, {"F4_SMEM_T128", f4Smem(128)}, {"F4_SMEM_T256", f4Smem(256)},
-		{"F4_AHEAD_T8", f4Ahead[8]}, {"F4_AHEAD_T16", f4Ahead[16]}, {"F4_AHEAD_T32", f4Ahead[32]},
-		{"F4_AHEAD_T48", f4Ahead[48]}, {"F4_AHEAD_T64", f4Ahead[64]}, {"F4_AHEAD_T128", f4Ahead[128]}, {"F4_AHEAD_T256", f4Ahead[256]},
-		{"F4S_WIN_K_T8", f4sWinK[8]}, {"F4S_WIN_K_T16", f4sWinK[16]}, {"F4S_AHEAD_T8", f4sAhead[8]}, {"F4S_AHEAD_T16", f4sAhead[16]},
-		{"F4S_BLOCKS_T8", f4sBlocks[8]}, {"F4S_BLOCKS_T16", f4sBlocks[16]},
-		{"F4S_DEEP2_AHEAD", f4sDeep2.ahead}, {"F4S_DEEP2_BLOCKS", f4sDeep2.blocks},
-		{"F4S_SMEM_T8", f4sSmem(8)}, {"F4S_SMEM_T16", f4sSmem(16)},
-		{"F4_CHUNK_BYTES", f4ChunkBytes}, {"F4_CHUNK_SCALES", f4ChunkScales}, {"F4_TILE_MAX", abiF4TileMax},
-		{"F4_FIT_TILE_MAX", f4FitTiles[len(f4FitTiles)-1]}, {"F4_FIT_PIPE", f4FitPipe}, {"F4_FIT_PIPE_AHEAD", f4FitPipeAhead}, {"F4_PIPE_MIN_T", f4PipeMinTokens},
-	} {
-		if abiTunable(d.name) {
-			fmt.Fprintf(&b, "#ifndef KMOE_%s\n#define KMOE_%s %d\n#endif\n", d.name, d.name, d.v)
-			continue
-		}
-		fmt.Fprintf(&b, "#define KMOE_%s %d\n", d.name, d.v)
-	}
-	for i, p := range abiParams {
-		fmt.Fprintf(&b, "#define KMOE_PARAM_%s %d\n", p.name, i)
-	}
-	for _, k := range activation.Kinds() {
-		fmt.Fprintf(&b, "#define KMOE_ACT_%s %d\n", strings.ToUpper(k.String()), activationCode(k))
-	}
-	for _, t := range []reflect.Type{kQuantizeX.args, kRouteCount.args, kRouteScatter.args, kGemm1Small.args, kGemm2Small.args, kFinalize.args,
-		kDecPrologue.args, kDecGemm1[1].args, kDecGemm2[1].args, kTestWiden4.args, kXBF16.args, kRouteXBF16.args, kWGGemm1[128].args, kWGGemm2[128].args, kGatherRows.args, kAddRows.args,
-		kF4Gemm1[8].args, kF4Gemm2[8].args, kTestF4Widen.args, kL2Flush.args, kTestDivParam.args, kActRequant.args} {
-		b.WriteString(cStruct(t))
-	}
-	b.WriteString("// End of the generated ABI.\n")
-	return b.String()
-}
-
-// abiTunable reports whether the kernel macro KMOE_<name> may be set by a
-// -D option (KIMIMOE_NVRTC_DEFINES) instead of its value here: the steps
-// in flight and the CTAs an SM that only the kernels read (launch bounds,
-// register arrays), so that one binary can measure their variants. Shared
-// memory sizes, tile shapes and the other values the host also computes
-// are not: the header's #define of one of those comes after the option,
-// so the host's value stands (the kernels' static_asserts check the
-// sizes against the host's).
-func abiTunable(name string) bool {
-	for _, p := range []string{"F4_AHEAD_T", "F4S_AHEAD_T", "F4S_BLOCKS_T", "F4S_DEEP2_"} {
-		if strings.HasPrefix(name, p) {
-			return true
-		}
-	}
-	return name == "F4_FIT_PIPE" || name == "F4_FIT_PIPE_AHEAD" || name == "F4_PIPE_MIN_T"
-}
-
-// KernelProgram is the CUDA C++ source the backend compiles with NVRTC:
-// the ABI header generated from this package's argument structs, then the
-// embedded kernels/moe.cu. It needs no driver; scripts/kernelsrc prints it
+// KernelProgram is the CUDA C++ source of the product module that the
+// backend compiles with NVRTC: the ABI header generated from this
+// package's argument structs, then kernels/ in kernelOrder. It needs no driver; scripts/kernelsrc prints it
 // and scripts/kernel-syntax.sh checks it with a host compiler.
-func KernelProgram() string { return abiHeader() + "#line 1 \"moe.cu\"\n" + kernelSource }
+func KernelProgram() string { return abiHeader() + kernelSource }
+
+// testOrder is the test module's files: the device functions the test
+// kernels (kernels/test.cu) run alone, without the GEMMs, so that it
+// compiles in seconds.
+var testOrder = []string{"common.cuh", "formats.cuh", "mma.cuh", "activation.cuh", "ptx.cuh", "fp4_widen.cuh", "test.cu"}
+
+// testProgram is the test module's source.
+func testProgram() string {
+	var b strings.Builder
+	b.WriteString(abiHeader())
+	for _, n := range testOrder {
+		b.WriteString(kernelText(n))
+	}
+	return b.String()
+}
+
+// timingProgram is the timing module: the L2 flush (kernels/flush.cu).
+func timingProgram() string { return abiHeader() + kernelText("flush.cu") }

@@ -33,14 +33,13 @@ func TestConformance(t *testing.T) {
 	backendtest.RunConformance(t, b)
 }
 
-// The shared suite again with the wgmma-fp4 path off (layers read
-// KIMIMOE_FP4_MAX_M at Prepare), so that on sm_90 the decode and mma.sync
-// paths it takes from the small and mid token counts are checked too.
+// The shared suite again with the wgmma-fp4 path off (every layer tuned
+// by WithTuning), so that on sm_90 the decode and mma.sync paths it takes
+// from the small and mid token counts are checked too.
 func TestConformanceWithoutFP4(t *testing.T) {
-	t.Setenv("KIMIMOE_FP4_MAX_M", "0")
 	b := openOrSkip(t)
 	defer b.Close()
-	backendtest.RunConformance(t, b)
+	backendtest.RunConformance(t, WithTuning(b, Tuning{FP4MaxM: -1}))
 }
 
 // What the GPU backend does not run fails at Prepare, naming the fallback;

@@ -3,7 +3,7 @@ package cuda
 import "kimimoe/moe"
 
 // The decode kernels read weights in tiles of 16 rows x abiStageK k,
-// arranged at prepare time (kernels/moe.cu "the decode path"): per tile,
+// arranged at prepare time (kernels/decode.cu): per tile,
 // abiDecodeTile bytes of packed FP4 where lane (g, t) (lane = 4g + t) finds
 // at [32*lane, 32*lane + 16) the 4 bytes of tile row g for each of the 4
 // 32-blocks (block q at 16q + 4t of the row's block bytes: the MMA's

@@ -3,8 +3,6 @@ package cuda
 import (
 	"errors"
 	"testing"
-
-	"kimimoe/backend"
 )
 
 // A malformed KIMIMOE_DEVICE is an error (it used to select device 0).
@@ -22,33 +20,5 @@ func TestDeviceOrdinal(t *testing.T) {
 		if err != nil && !errors.Is(err, ErrNoDevice) {
 			t.Errorf("deviceOrdinal(%q): %v does not wrap ErrNoDevice", c.env, err)
 		}
-	}
-}
-
-// KIMIMOE_BENCH_FLUSH: the three timing methods, and an error naming the
-// variable for anything else (a typo must not time silently the default
-// way).
-func TestParseFlushMode(t *testing.T) {
-	for _, c := range []struct {
-		env  string
-		want flushMode
-		ok   bool
-	}{{"", flushRead, true}, {"read", flushRead, true}, {" write ", flushWrite, true}, {"0", flushNone, true},
-		{"1", flushRead, false}, {"none", flushRead, false}, {"rewrite", flushRead, false}} {
-		got, err := parseFlushMode(c.env)
-		if (err == nil) != c.ok || got != c.want {
-			t.Errorf("parseFlushMode(%q) = %v, %v", c.env, got, err)
-		}
-		if err != nil && !errors.Is(err, backend.ErrUnsupported) {
-			t.Errorf("parseFlushMode(%q): %v does not wrap backend.ErrUnsupported", c.env, err)
-		}
-	}
-	// Each mode names itself in bench's output differently.
-	seen := map[string]bool{}
-	for _, m := range []flushMode{flushRead, flushWrite, flushNone} {
-		if seen[m.String()] {
-			t.Errorf("flush mode %d's description %q is another mode's", m, m)
-		}
-		seen[m.String()] = true
 	}
 }

@@ -2,7 +2,9 @@ package cuda
 
 import (
 	"errors"
-	"fmt"
+
+	"kimimoe/backend/cuda/internal/cu"
+	"kimimoe/backend/cuda/internal/nccl"
 )
 
 // Typed errors. They exist whether or not the package was built with cgo.
@@ -10,32 +12,23 @@ var (
 	// ErrUnavailable: built without cgo, so no GPU support at all.
 	ErrUnavailable = errors.New("cuda: built without cgo; GPU backend unavailable")
 	// ErrNoDriver: libcuda.so.1 could not be loaded or initialized.
-	ErrNoDriver = errors.New("cuda: no CUDA driver")
+	ErrNoDriver = cu.ErrNoDriver
 	// ErrNoDevice: the driver loaded but reports no usable device.
 	ErrNoDevice = errors.New("cuda: no CUDA device")
 	// ErrNoNVRTC: NVRTC could not be loaded.
-	ErrNoNVRTC = errors.New("cuda: NVRTC not found")
+	ErrNoNVRTC = cu.ErrNoNVRTC
 	// ErrCompile: NVRTC rejected the kernels; see *CompileError.
-	ErrCompile = errors.New("cuda: kernel compilation failed")
+	ErrCompile = cu.ErrCompile
+	// ErrNoNCCL: libnccl.so.2 could not be loaded.
+	ErrNoNCCL = nccl.ErrNoNCCL
 )
 
 // Error is a failed CUDA driver call.
-type Error struct {
-	Call string
-	Code int
-	Name string
-}
-
-func (e *Error) Error() string { return fmt.Sprintf("cuda: %s: %s (%d)", e.Call, e.Name, e.Code) }
+type Error = cu.Error
 
 // CompileError is an NVRTC failure with its log.
-type CompileError struct {
-	Arch string
-	Log  string
-}
+type CompileError = cu.CompileError
 
-func (e *CompileError) Error() string {
-	return fmt.Sprintf("cuda: NVRTC compile for %s failed:\n%s", e.Arch, e.Log)
-}
-
-func (e *CompileError) Unwrap() error { return ErrCompile }
+// NCCLError is a failed NCCL call: its result code, NCCL's string for
+// it, and the communicator's last error message when there is one.
+type NCCLError = nccl.Error

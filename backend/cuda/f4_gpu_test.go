@@ -74,21 +74,18 @@ func TestF4WidenExhaustive(t *testing.T) {
 // scales leave the exact widening's window has no wgmma-fp4 path.
 func TestF4Path(t *testing.T) {
 	b, l, s, w, o := kimiF4Layer(t)
-	if l.f4W31 == 0 {
-		t.Fatalf("no wgmma-fp4 path at the Kimi shape: %s", l.f4WhyNot)
+	if l.f4.w31 == 0 {
+		t.Fatalf("no wgmma-fp4 path at the Kimi shape: %s", l.f4.whyNot)
 	}
 	for _, m := range []int{1, 8, 32, 48, 128, 512, 2048} {
 		in := kimiInput(t, s, w, m, uint64(9000+m))
 		var outs [2][]float32
 		for i, on := range []bool{true, false} {
-			maxM := 0
+			maxM := -1
 			if on {
-				maxM = f4MaxMDefault
+				maxM = 0
 			}
-			if err := l.SetFP4MaxM(maxM); err != nil {
-				t.Fatal(err)
-			}
-			if err := l.SetWGMMA(false); err != nil {
+			if err := l.SetTuning(Tuning{FP4MaxM: maxM, NoWGMMA: true}); err != nil {
 				t.Fatal(err)
 			}
 			if want := map[bool]string{true: "wgmma-fp4", false: "grouped"}[on]; l.PathFor(m) != want {
@@ -103,7 +100,7 @@ func TestF4Path(t *testing.T) {
 			_, fused := prof["route_x_bf16"] // the one-launch prologue, up to abiRouteCTAMax entries
 			_, many := prof["route_x_many"]  // and above
 			wantFused := on && m*s.TopK <= abiRouteCTAMax
-			wantMany := on && !wantFused && m <= l.routeManyMaxM
+			wantMany := on && !wantFused && m <= routeManyMaxMDefault
 			if ran := apart || fused || many; ran != on || fused != wantFused || many != wantMany {
 				t.Errorf("M=%d fp4=%v: the steps run were %v", m, on, prof)
 			}
@@ -114,8 +111,8 @@ func TestF4Path(t *testing.T) {
 	w.W31Scale[0] = f4MaxScale + 1
 	l2, _ := prepare(t, b, s, w)
 	defer l2.Close()
-	if err := l2.SetFP4MaxM(1); !errors.Is(err, backend.ErrUnsupported) || l2.PathFor(128) == "wgmma-fp4" {
-		t.Errorf("a weight scale of 2^2: SetFP4MaxM(1) %v, path %s", err, l2.PathFor(128))
+	if err := l2.SetTuning(Tuning{FP4MaxM: 1}); !errors.Is(err, backend.ErrUnsupported) || l2.PathFor(128) == "wgmma-fp4" {
+		t.Errorf("a weight scale of 2^2: SetTuning(fp4-max-m=1) %v, path %s", err, l2.PathFor(128))
 	}
 }
 
@@ -125,13 +122,13 @@ func TestF4Path(t *testing.T) {
 // forward did not launch the mma.sync loop's kernels at all.
 func TestF4SyncLoop(t *testing.T) {
 	b, l, s, w, o := kimiF4Layer(t)
-	set := func(noSync, noPDL bool) { // the loop and the launch, as KIMIMOE_FP4_SYNC=0 and KIMIMOE_PDL=0 set them
+	set := func(noSync, noPDL bool) { // the loop and the launch, as fp4-sync=off and pdl=off set them
 		t.Helper()
-		setLayer(t, l, func() { l.f4NoSync, l.noPDL = noSync, noPDL })
+		setLayer(t, l, func(u *Tuning) { u.NoFP4Sync, u.NoPDL = noSync, noPDL })
 	}
 	for _, m := range []int{1, 3, 8, 24, 32, f4SyncMaxM} {
 		set(false, false)
-		if l.PathFor(m) != "wgmma-fp4" || !l.f4SyncLoop(f4TileTokens(m)) {
+		if l.PathFor(m) != "wgmma-fp4" || l.PlanFor(m, s.TopK).Loop != LoopSync {
 			t.Fatalf("M=%d: path %s, tile %d, not the mma.sync loop", m, l.PathFor(m), f4TileTokens(m))
 		}
 		in := kimiInput(t, s, w, m, uint64(9100+m))
@@ -163,15 +160,15 @@ func TestF4FitN(t *testing.T) {
 	b, l, s, w, _ := kimiF4Layer(t)
 	setFit := func(maxM int) {
 		t.Helper()
-		setLayer(t, l, func() { l.f4FitMaxM = maxM })
+		setLayer(t, l, func(u *Tuning) { u.FP4FitMaxM = never(maxM) })
 	}
 	for _, m := range []int{40, 128, 200} {
 		in := kimiInput(t, s, w, m, uint64(9300+m))
 		var outs [2][]float32
 		for i, maxM := range []int{f4FitMaxMDefault, 0} {
 			setFit(maxM)
-			if tt := f4TileTokens(m); l.PathFor(m) != "wgmma-fp4" || l.f4Fit(m, tt) != (maxM > 0) {
-				t.Fatalf("M=%d: path %s, tile %d, fitted %v", m, l.PathFor(m), tt, l.f4Fit(m, tt))
+			if tt := f4TileTokens(m); l.PathFor(m) != "wgmma-fp4" || (l.PlanFor(m, s.TopK).Loop == LoopFitted) != (maxM > 0) {
+				t.Fatalf("M=%d: path %s, tile %d, fitted %v", m, l.PathFor(m), tt, (l.PlanFor(m, s.TopK).Loop == LoopFitted))
 			}
 			outs[i] = forwardOut(t, l, in, m)
 		}
@@ -192,7 +189,7 @@ func TestF4TileReady(t *testing.T) {
 	_, l, s, w, _ := kimiF4Layer(t)
 	set := func(noReady bool) {
 		t.Helper()
-		setLayer(t, l, func() { l.noTileReady = noReady })
+		setLayer(t, l, func(u *Tuning) { u.NoTileReady = noReady })
 	}
 	for _, m := range []int{2, 8, 33, 128, 200} {
 		if l.PathFor(m) != "wgmma-fp4" {
@@ -225,7 +222,7 @@ func TestRouteXMany(t *testing.T) {
 	_, l, s, w, _ := kimiF4Layer(t)
 	set := func(maxM int) {
 		t.Helper()
-		setLayer(t, l, func() { l.routeManyMaxM = maxM })
+		setLayer(t, l, func(u *Tuning) { u.RouteManyMaxM = never(maxM) })
 	}
 	for _, m := range []int{65, 128, 300} {
 		if l.PathFor(m) != "wgmma-fp4" || m*s.TopK <= abiRouteCTAMax {
@@ -244,7 +241,7 @@ func TestRouteXMany(t *testing.T) {
 			_, many := prof["route_x_many"]
 			_, apart := prof["route_scatter"]
 			if many != (maxM >= m) || apart == many {
-				t.Errorf("M=%d, KIMIMOE_ROUTE_MANY_MAX_M=%d: the steps run were %v", m, maxM, prof)
+				t.Errorf("M=%d, route-many-max-m=%d: the steps run were %v", m, maxM, prof)
 			}
 		}
 		requireSameBits(t, m, "kmoe_route_x_many", outs[1], "the four launches", outs[0])
@@ -254,7 +251,7 @@ func TestRouteXMany(t *testing.T) {
 }
 
 // TestF4ActKernel: GEMM1's activation and requantization as a kernel of
-// their own (kmoe_act_requant, f4ActKernel) give the bits of GEMM1's
+// their own (kmoe_act_requant, Plan.ActKernel) give the bits of GEMM1's
 // fused epilogue: on the Kimi layer (SiTU's compile-time instance, mxfp8
 // chain) at M on the mma.sync loop (1), the fitted loop (33, 128) and the
 // plain one (600); and on a layer with the flashinfer chain and
@@ -267,13 +264,13 @@ func TestF4ActKernel(t *testing.T) {
 	b, l, s, w, _ := kimiSM90aLayer(t, "the wgmma-fp4 path")
 	set := func(l *Layer, on, byTile bool) {
 		t.Helper()
-		setLayer(t, l, func() {
-			l.decodeMaxM, l.f4ActMinM, l.f4ActMaxM, l.actByTileMaxM = -1, 1, 0, 0
+		setLayer(t, l, func(u *Tuning) {
+			u.DecodeMaxM, u.FP4ActMinM, u.FP4ActMaxM, u.ActByTileMaxM = -1, 1, -1, -1
 			if on {
-				l.f4ActMaxM = 1 << 20
+				u.FP4ActMaxM = 1 << 20
 			}
 			if byTile {
-				l.actByTileMaxM = 1 << 20
+				u.ActByTileMaxM = 1 << 20
 			}
 		})
 	}
@@ -284,8 +281,8 @@ func TestF4ActKernel(t *testing.T) {
 		var outs [3][]float32
 		for i, mode := range []struct{ on, byTile bool }{{false, false}, {true, true}, {true, false}} {
 			set(l, mode.on, mode.byTile)
-			if l.PathFor(m) != "wgmma-fp4" || l.f4ActKernel(m) != mode.on || l.actByTile(m) != (mode.byTile && m >= f4TileReadyMinM) {
-				t.Fatalf("M=%d: path %s, activation kernel %v, by tile %v", m, l.PathFor(m), l.f4ActKernel(m), l.actByTile(m))
+			if l.PathFor(m) != "wgmma-fp4" || l.PlanFor(m, s.TopK).ActKernel != mode.on || l.PlanFor(m, s.TopK).ActByTile != (mode.byTile && m >= f4TileReadyMinM) {
+				t.Fatalf("M=%d: path %s, activation kernel %v, by tile %v", m, l.PathFor(m), l.PlanFor(m, s.TopK).ActKernel, l.PlanFor(m, s.TopK).ActByTile)
 			}
 			outs[i] = forwardOut(t, l, in, m)
 		}
@@ -321,7 +318,7 @@ func TestF4ActKernel(t *testing.T) {
 // TestF4LargeTiles: the 128- and 256-token tiles (one CTA an SM, A
 // double-buffered: f4_pipe) give the bits of the 64-token tile, the
 // 128-token one at the fewest tokens the default gives it (f4T128MinM),
-// the 256-token one (KIMIMOE_FP4_TOKENS=256 only) at M=4133, its last
+// the 256-token one (--tune fp4-tile=256 only) at M=4133, its last
 // tiles part-filled; both agree with the oracle, with GEMM1's activation
 // kernel and with its fused epilogue (which runs past f4ActMaxMDefault
 // tokens). The tokens of a tile sum the same
@@ -334,15 +331,15 @@ func TestF4LargeTiles(t *testing.T) {
 	b, l, s, w, o := kimiF4Layer(t)
 	set := func(tokens, actMaxM int) {
 		t.Helper()
-		setLayer(t, l, func() { l.f4Tokens, l.f4ActMaxM = tokens, actMaxM })
+		setLayer(t, l, func(u *Tuning) { u.FP4Tile, u.FP4ActMaxM = tokens, never(actMaxM) })
 	}
 	if tt := f4TileTokens(f4T128MinM); tt != 128 || f4TileTokens(f4T128MinM-1) != 64 {
 		t.Fatalf("M=%d: tile %d, M=%d: tile %d", f4T128MinM, tt, f4T128MinM-1, f4TileTokens(f4T128MinM-1))
 	}
 	for _, c := range []struct{ m, tile, forced int }{{f4T128MinM, 128, 0}, {4133, 256, 256}} {
 		m := c.m
-		if l.PathFor(m) != "wgmma-fp4" || l.f4Fit(m, c.tile) {
-			t.Fatalf("M=%d: path %s, fitted %v", m, l.PathFor(m), l.f4Fit(m, c.tile))
+		if l.PathFor(m) != "wgmma-fp4" || (l.PlanFor(m, s.TopK).Loop == LoopFitted) {
+			t.Fatalf("M=%d: path %s, fitted %v", m, l.PathFor(m), (l.PlanFor(m, s.TopK).Loop == LoopFitted))
 		}
 		in := kimiInput(t, s, w, m, uint64(9900+m))
 		var outs [2][]float32

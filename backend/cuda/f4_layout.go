@@ -8,7 +8,7 @@ import (
 	"kimimoe/moe"
 )
 
-// The wgmma-fp4 path's weights (kernels/moe.cu "the wgmma-fp4 path"): MXFP4
+// The wgmma-fp4 path's weights (kernels/fp4_*.cu): MXFP4
 // kept at 4 bits a weight in memory, widened to BF16 in registers and fed
 // to wgmma as its register-sourced A operand, with the weights on the
 // 64-row side and the tokens on the narrow side (8 to 128 wide).

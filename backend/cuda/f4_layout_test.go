@@ -14,7 +14,7 @@ import (
 )
 
 // f4Unpack is the layout's documented decoding of word q's register j
-// (kernels/moe.cu f4_widen without the multiply): the BF16 pair of
+// (kernels/fp4_widen.cuh f4_widen without the multiply): the BF16 pair of
 // E2M1 x 2^-126 values.
 func f4Unpack(q uint32, j int) uint32 {
 	switch j {

@@ -4,6 +4,7 @@ package cuda
 
 import (
 	"errors"
+	"kimimoe/backend/cuda/internal/cu"
 	"math"
 	"testing"
 	"unsafe"
@@ -26,7 +27,7 @@ func TestLayerLifecycle(t *testing.T) {
 	// Which path runs: wgmma-fp4 up to f4MaxMDefault tokens where it is
 	// available, else decode up to decodeMaxM tokens and grouped above.
 	small := "decode"
-	if l.f4W31 != 0 {
+	if l.f4.w31 != 0 {
 		small = "wgmma-fp4"
 	}
 	if grouped := l.PathFor(decodeMaxM + 1); l.PathFor(1) != small || l.PathFor(decodeMaxM) != small || (grouped != "grouped" && grouped != "wgmma" && grouped != "wgmma-fp4") {
@@ -60,7 +61,7 @@ func TestLayerLifecycle(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if l.w31 != 0 || len(l.ws) != 0 {
+	if l.mx.w31 != 0 || l.dec.w31 != 0 || l.params != 0 || len(l.ws) != 0 {
 		t.Fatal("Close left device pointers behind")
 	}
 	if err := l.Close(); err != nil {
@@ -155,7 +156,7 @@ func TestDivParam(t *testing.T) {
 	}
 }
 
-// The timing's L2 flush (flushL2): every KIMIMOE_BENCH_FLUSH mode times a
+// The timing's L2 flush (flushL2): every Tuning.Flush times a
 // forward; the buffer is allocated by the first flushed timing, holds the
 // zeros the read flush relies on (its sink is written only for a nonzero
 // fold) and is freed by Close.
@@ -170,22 +171,25 @@ func TestTimingFlush(t *testing.T) {
 	if err := l.Upload(&c.Input); err != nil {
 		t.Fatal(err)
 	}
-	for _, mode := range []string{"0", "", "write"} {
-		t.Setenv("KIMIMOE_BENCH_FLUSH", mode)
+	for _, mode := range []Flush{FlushNone, FlushRead, FlushWrite} {
+		setLayer(t, l, func(u *Tuning) { u.Flush = mode })
+		if err := l.Upload(&c.Input); err != nil { // SetTuning freed the workspace
+			t.Fatal(err)
+		}
 		ms, err := l.TimeForward(1, true)
 		if err != nil || !(ms > 0) {
-			t.Fatalf("KIMIMOE_BENCH_FLUSH=%q: %v ms, %v", mode, ms, err)
+			t.Fatalf("flush %v: %v ms, %v", mode, ms, err)
 		}
-		if (b.flush != 0) != (mode != "0") {
-			t.Fatalf("KIMIMOE_BENCH_FLUSH=%q: flush buffer %#x after the first timings", mode, b.flush)
+		if (b.flush != 0) != (mode != FlushNone) || (b.timing != nil) != (mode != FlushNone) {
+			t.Fatalf("flush %v: flush buffer %#x, timing module %v after the first timings", mode, b.flush, b.timing)
 		}
 	}
 	head := make([]uint32, 4096)
 	err = b.locked(func() error {
-		if err := cuMemcpyDtoH(u32bytes(head), b.flush, b.stream); err != nil {
+		if err := cu.MemcpyDtoH(u32bytes(head), b.flush, b.stream); err != nil {
 			return err
 		}
-		return cuStreamSync(b.stream)
+		return cu.StreamSync(b.stream)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -228,7 +232,7 @@ func runWordKernel[A any](t *testing.T, b *Backend, spec kernelSpec, ins [][]uin
 	}
 	out := make([]uint32, nOut)
 	err := b.locked(func() error {
-		k, err := bind[A](b.module, spec)
+		k, err := bind[A](testModule(t, b), spec)
 		if err != nil {
 			return err
 		}
@@ -238,12 +242,12 @@ func runWordKernel[A any](t *testing.T, b *Backend, spec kernelSpec, ins [][]uin
 			if i < len(ins) {
 				n = len(ins[i])
 			}
-			if p[i], err = cuMemAlloc(4 * n); err != nil {
+			if p[i], err = cu.MemAlloc(4 * n); err != nil {
 				return err
 			}
-			defer cuMemFree(p[i])
+			defer cu.MemFree(p[i])
 			if i < len(ins) {
-				if err := cuMemcpyHtoD(p[i], u32bytes(ins[i]), b.stream); err != nil {
+				if err := cu.MemcpyHtoD(p[i], u32bytes(ins[i]), b.stream); err != nil {
 					return err
 				}
 			}
@@ -251,10 +255,10 @@ func runWordKernel[A any](t *testing.T, b *Backend, spec kernelSpec, ins [][]uin
 		if err := k.launch([3]int{(threads + abiThreads - 1) / abiThreads, 1, 1}, b.stream, args(p)); err != nil {
 			return err
 		}
-		if err := cuMemcpyDtoH(u32bytes(out), p[len(ins)], b.stream); err != nil {
+		if err := cu.MemcpyDtoH(u32bytes(out), p[len(ins)], b.stream); err != nil {
 			return err
 		}
-		return cuStreamSync(b.stream)
+		return cu.StreamSync(b.stream)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -271,14 +275,9 @@ func runWordKernel[A any](t *testing.T, b *Backend, spec kernelSpec, ins [][]uin
 // logs how many values are bitwise equal.
 func TestWGMMAPath(t *testing.T) {
 	b, l, s, w, o := kimiSM90aLayer(t, "the wgmma path")
-	if err := l.SetWGMinM(1); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.SetFP4MaxM(0); err != nil { // the wgmma-fp4 path would take these M first
-		t.Fatal(err)
-	}
+	wg := Tuning{WGMMAMinM: 1, FP4MaxM: -1} // the wgmma-fp4 path would take these M first
 	for _, m := range []int{32, 128, 512, 2048} {
-		if err := l.SetWGMMA(true); err != nil {
+		if err := l.SetTuning(wg); err != nil {
 			t.Fatal(err)
 		}
 		if l.PathFor(m) != "wgmma" {
@@ -287,7 +286,9 @@ func TestWGMMAPath(t *testing.T) {
 		in := kimiInput(t, s, w, m, uint64(7000+m))
 		var outs [2][]float32
 		for i, on := range []bool{true, false} {
-			if err := l.SetWGMMA(on); err != nil {
+			u := wg
+			u.NoWGMMA = !on
+			if err := l.SetTuning(u); err != nil {
 				t.Fatal(err)
 			}
 			outs[i] = forwardOut(t, l, in, m)
@@ -297,14 +298,14 @@ func TestWGMMAPath(t *testing.T) {
 
 	// Off, the grouped forwards take the mma.sync GEMMs; a shape that is
 	// not a multiple of 128 has no wgmma path to turn on.
-	if err := l.SetWGMMA(false); err != nil || l.PathFor(128) != "grouped" {
-		t.Errorf("SetWGMMA(false): %v, path %s", err, l.PathFor(128))
+	if err := l.SetTuning(Tuning{FP4MaxM: -1, NoWGMMA: true}); err != nil || l.PathFor(256) != "grouped" {
+		t.Errorf("wgmma=off: %v, path %s", err, l.PathFor(256))
 	}
 	s.K, s.N, s.ELocal, s.TopK, s.LocalSlots, s.EP = 160, 96, 4, 2, 0, moe.EP{}
 	l2, _ := prepare(t, b, s, nil)
 	defer l2.Close()
-	if err := l2.SetWGMMA(true); !errors.Is(err, backend.ErrUnsupported) {
-		t.Errorf("SetWGMMA(true) at K=160, N=96: %v", err)
+	if err := l2.SetTuning(Tuning{WGMMAMinM: 1}); !errors.Is(err, backend.ErrUnsupported) {
+		t.Errorf("wgmma-min-m=1 at K=160, N=96: %v", err)
 	}
 }
 
@@ -349,7 +350,7 @@ func kimiSM90aLayer(t *testing.T, what string) (*Backend, *Layer, *validation.Ca
 func kimiF4Layer(t *testing.T) (*Backend, *Layer, *validation.CaseSpec, *moe.Weights, *moe.Oracle) {
 	t.Helper()
 	b, l, s, w, o := kimiSM90aLayer(t, "the wgmma-fp4 path")
-	if err := l.SetDecodeMaxM(-1); err != nil {
+	if err := l.SetTuning(Tuning{DecodeMaxM: -1}); err != nil {
 		t.Fatal(err)
 	}
 	return b, l, s, w, o
@@ -416,13 +417,23 @@ func requireSameBits(t *testing.T, m int, an string, a []float32, bn string, b [
 	}
 }
 
-// setLayer changes l's path settings through reconfigure (as the
-// KIMIMOE_* variables set them at Prepare), freeing its workspaces.
-func setLayer(t *testing.T, l *Layer, set func()) {
+// setLayer changes l's Tuning with set, through SetTuning (as the
+// command's --tune does), failing the test on an error.
+func setLayer(t *testing.T, l *Layer, set func(u *Tuning)) {
 	t.Helper()
-	if err := l.reconfigure(func() error { set(); return nil }); err != nil {
+	u := l.Tuning()
+	set(&u)
+	if err := l.SetTuning(u); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// never maps a token count where 0 meant "never" onto Tuning's -1.
+func never(m int) int {
+	if m == 0 {
+		return -1
+	}
+	return m
 }
 
 // requireLaunched shows that the m-token forward of in launches the
@@ -457,4 +468,26 @@ func nanFilledOut(n int) []float32 {
 		v[i] = float32(math.NaN())
 	}
 	return v
+}
+
+// testModules are the test module (testProgram), loaded once a backend.
+var testModules = map[*Backend]cu.Module{}
+
+// testModule loads the test module into b's context (called under b's
+// lock); it is unloaded with the context at the end of the test binary.
+func testModule(t *testing.T, b *Backend) cu.Module {
+	t.Helper()
+	if m, ok := testModules[b]; ok {
+		return m
+	}
+	cubin, err := compileCached(testProgram(), "test.cu", b.arch, compileOptions(b.arch, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := cu.ModuleLoadData(cubin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testModules[b] = m
+	return m
 }

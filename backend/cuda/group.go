@@ -5,6 +5,8 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"kimimoe/backend/cuda/internal/cu"
+	"kimimoe/backend/cuda/internal/nccl"
 	"runtime"
 	"sort"
 	"strings"
@@ -22,6 +24,8 @@ type GroupOptions struct {
 	// collective; past it the communicator is aborted and the call returns
 	// an error wrapping ErrTimeout (default 2 minutes).
 	Timeout time.Duration
+	// Flush is the timing's L2 flush before each timed forward.
+	Flush Flush
 }
 
 func (o GroupOptions) normalize() GroupOptions {
@@ -55,7 +59,7 @@ type Group struct {
 // member is one device of the group driven by this process.
 type member struct {
 	b       *Backend
-	comm    ncclComm
+	comm    nccl.Comm
 	rank    int
 	aborted atomic.Bool // set once; may be set from another goroutine than the one holding the lock
 }
@@ -63,28 +67,29 @@ type member struct {
 // NewUniqueID makes the id of a new group (rank 0 does this, then hands it
 // to every rank: WriteUniqueIDFile, or an environment variable).
 func NewUniqueID() (UniqueID, error) {
-	if err := loadNCCL(); err != nil {
+	if err := nccl.Load(); err != nil {
 		return UniqueID{}, err
 	}
-	return ncclGetUniqueID()
+	id, err := nccl.GetUniqueID()
+	return UniqueID(id), err
 }
 
 // NCCLVersion is the loaded NCCL's version, as "2.28.3".
 func NCCLVersion() (string, error) {
-	if err := loadNCCL(); err != nil {
+	if err := nccl.Load(); err != nil {
 		return "", err
 	}
-	v, err := ncclVersion()
+	v, err := nccl.Version()
 	return fmt.Sprintf("%d.%d.%d", v/10000, v/100%100, v%100), err
 }
 
 // newGroup checks the driver, NCCL and this process's device ordinals
 // and makes a group of size ranks with no members yet.
 func newGroup(devices []int, size int, opts GroupOptions) (*Group, error) {
-	if err := acquire(); err != nil {
+	if err := cu.Acquire(); err != nil {
 		return nil, err
 	}
-	if err := loadNCCL(); err != nil {
+	if err := nccl.Load(); err != nil {
 		return nil, err
 	}
 	n, err := deviceCount()
@@ -95,7 +100,7 @@ func newGroup(devices []int, size int, opts GroupOptions) (*Group, error) {
 		return nil, err
 	}
 	g := &Group{opts: opts.normalize(), size: size, layers: map[*GroupLayer]bool{}}
-	if g.nccl, err = ncclVersion(); err != nil {
+	if g.nccl, err = nccl.Version(); err != nil {
 		return nil, err
 	}
 	return g, nil
@@ -117,7 +122,7 @@ func OpenGroup(devices []int, opts GroupOptions) (*Group, error) {
 		}
 		g.members = append(g.members, &member{b: b, rank: r})
 	}
-	comms, err := ncclCommInitAll(devices)
+	comms, err := nccl.CommInitAll(devices)
 	if err != nil {
 		return nil, errors.Join(err, g.closeMembers())
 	}
@@ -147,17 +152,17 @@ func OpenRank(id UniqueID, rank, size, dev int, opts GroupOptions) (*Group, erro
 	// ncclCommInitRank blocks until every rank has joined: run it where a
 	// rank that never comes cannot hang the caller.
 	type result struct {
-		c   ncclComm
+		c   nccl.Comm
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
 		runtime.LockOSThread() // the init's thread stays blocked if the timeout passes
-		if err := cuCtxSetCurrent(b.ctx); err != nil {
+		if err := cu.CtxSetCurrent(b.ctx); err != nil {
 			done <- result{nil, err}
 			return
 		}
-		c, err := ncclCommInitRank(id, size, rank)
+		c, err := nccl.CommInitRank([128]byte(id), size, rank)
 		done <- result{c, err}
 		runtime.UnlockOSThread()
 	}()
@@ -261,14 +266,14 @@ func (g *Group) concurrently(f func(mb *member) error) (ok bool, err error) {
 func (g *Group) wait(mb *member) error {
 	deadline := time.Now().Add(g.opts.Timeout)
 	for spin := 0; ; spin++ {
-		done, err := cuStreamQuery(mb.b.stream)
+		done, err := cu.StreamQuery(mb.b.stream)
 		if err != nil {
 			return err
 		}
 		if done {
 			return nil
 		}
-		if err := ncclAsyncError(mb.comm); err != nil {
+		if err := nccl.AsyncError(mb.comm); err != nil {
 			mb.abort()
 			return err
 		}
@@ -284,7 +289,7 @@ func (g *Group) wait(mb *member) error {
 
 func (mb *member) abort() {
 	if mb.aborted.CompareAndSwap(false, true) {
-		ncclCommAbort(mb.comm)
+		nccl.CommAbort(mb.comm)
 	}
 }
 
@@ -294,12 +299,12 @@ func (mb *member) abort() {
 func (g *Group) LinkBandwidth(n, iters int) (float64, error) {
 	count := n / 4
 	bufs := make([]devptr, len(g.members))
-	defer g.each(func(mb *member) error { return cuMemFree(bufs[g.index(mb)]) })
+	defer g.each(func(mb *member) error { return cu.MemFree(bufs[g.index(mb)]) })
 	err := g.each(func(mb *member) error {
-		p, err := cuMemAlloc(4 * count)
+		p, err := cu.MemAlloc(4 * count)
 		if err == nil {
 			bufs[g.index(mb)] = p
-			err = cuMemsetD32(p, 0x3f800000, count, mb.b.stream)
+			err = cu.MemsetD32(p, 0x3f800000, count, mb.b.stream)
 		}
 		return err
 	})
@@ -309,7 +314,7 @@ func (g *Group) LinkBandwidth(n, iters int) (float64, error) {
 	var ms []float64
 	for k := range iters + 2 {
 		t, err := g.timeEach(func(mb *member) error {
-			return ncclAllReduceSum(bufs[g.index(mb)], bufs[g.index(mb)], count, mb.comm, mb.b.stream)
+			return nccl.AllReduceSum(bufs[g.index(mb)], bufs[g.index(mb)], count, mb.comm, mb.b.stream)
 		})
 		if err != nil {
 			return 0, err
@@ -337,32 +342,32 @@ func (g *Group) index(mb *member) int {
 func (g *Group) timeEach(f func(mb *member) error) (float64, error) {
 	times := make([]float64, len(g.members))
 	err := g.each(func(mb *member) error {
-		e0, err := cuEventCreate()
+		e0, err := cu.EventCreate()
 		if err != nil {
 			return err
 		}
-		defer cuEventDestroy(e0)
-		e1, err := cuEventCreate()
+		defer cu.EventDestroy(e0)
+		e1, err := cu.EventCreate()
 		if err != nil {
 			return err
 		}
-		defer cuEventDestroy(e1)
-		if err := mb.b.flushL2(); err != nil {
+		defer cu.EventDestroy(e1)
+		if err := mb.b.flushL2(g.opts.Flush); err != nil {
 			return err
 		}
-		if err := cuEventRecord(e0, mb.b.stream); err != nil {
+		if err := cu.EventRecord(e0, mb.b.stream); err != nil {
 			return err
 		}
 		if err := f(mb); err != nil {
 			return err
 		}
-		if err := cuEventRecord(e1, mb.b.stream); err != nil {
+		if err := cu.EventRecord(e1, mb.b.stream); err != nil {
 			return err
 		}
 		if err := g.wait(mb); err != nil {
 			return err
 		}
-		times[g.index(mb)], err = cuEventElapsed(e0, e1)
+		times[g.index(mb)], err = cu.EventElapsed(e0, e1)
 		return err
 	})
 	if err != nil {
@@ -406,7 +411,7 @@ func (g *Group) closeMembers() error {
 	ok, err := g.concurrently(func(mb *member) error {
 		var err error
 		if mb.comm != nil && !mb.aborted.Load() {
-			err = mb.b.locked(func() error { return ncclCommDestroy(mb.comm) })
+			err = mb.b.locked(func() error { return nccl.CommDestroy(mb.comm) })
 		}
 		return errors.Join(err, mb.b.Close())
 	})

@@ -5,6 +5,8 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"kimimoe/backend/cuda/internal/cu"
+	"kimimoe/backend/cuda/internal/nccl"
 
 	"kimimoe/backend"
 	"kimimoe/moe"
@@ -55,7 +57,7 @@ type dispatchState struct {
 func (ds *dispatchState) free() error {
 	var errs []error
 	for _, p := range ds.bufs {
-		errs = append(errs, cuMemFree(p))
+		errs = append(errs, cu.MemFree(p))
 	}
 	ds.bufs = nil
 	return errors.Join(errs...)
@@ -175,7 +177,7 @@ func (gl *GroupLayer) upload(in *moe.Input) error {
 		if gl.mode == ModeReplicated {
 			_, err := p.l.upload(in)
 			if err == nil {
-				err = cuStreamSync(mb.b.stream)
+				err = cu.StreamSync(mb.b.stream)
 			}
 			return err
 		}
@@ -275,7 +277,7 @@ func (p *memberLayer) enqueue(gl *GroupLayer, m int, which steps) error {
 				return err
 			}
 		}
-		return ncclAllReduceSum(ws.out, ws.out, m*l.w.K, mb.comm, s)
+		return nccl.AllReduceSum(ws.out, ws.out, m*l.w.K, mb.comm, s)
 	}
 	ds := p.ds[m]
 	k, topk, kern := l.w.K, ds.topk, mb.b.k
@@ -334,7 +336,7 @@ func (p *memberLayer) enqueue(gl *GroupLayer, m int, which steps) error {
 	if !compute {
 		return nil
 	}
-	if err := cuMemsetD32(ds.out, 0, ds.hPad*k, s); err != nil {
+	if err := cu.MemsetD32(ds.out, 0, ds.hPad*k, s); err != nil {
 		return err
 	}
 	for dev := range d { // in device order: the order of the sums
@@ -348,7 +350,7 @@ func (p *memberLayer) enqueue(gl *GroupLayer, m int, which steps) error {
 		}
 	}
 	if which == stepsForward {
-		return ncclAllGather(ds.out, ds.full, ds.hPad*k, ncclFloat32, mb.comm, s)
+		return nccl.AllGather(ds.out, ds.full, ds.hPad*k, nccl.Float32, mb.comm, s)
 	}
 	return nil
 }
@@ -365,7 +367,7 @@ type rowBuf struct {
 func (p *memberLayer) sendrecv(so, ro []int, bufs []rowBuf) error {
 	mb := p.mb
 	s := mb.b.stream
-	if err := ncclGroupStart(); err != nil {
+	if err := nccl.GroupStart(); err != nil {
 		return err
 	}
 	var errs []error
@@ -375,18 +377,18 @@ func (p *memberLayer) sendrecv(so, ro []int, bufs []rowBuf) error {
 			src, dst := b.src+uint64(so[d]*b.width), b.dst+uint64(ro[d]*b.width)
 			switch {
 			case d == mb.rank && ns > 0:
-				errs = append(errs, cuMemcpyDtoD(dst, src, ns*b.width, s))
+				errs = append(errs, cu.MemcpyDtoD(dst, src, ns*b.width, s))
 			case d != mb.rank:
 				if ns > 0 {
-					errs = append(errs, ncclSend(src, ns*b.width, ncclUint8, d, mb.comm, s))
+					errs = append(errs, nccl.Send(src, ns*b.width, nccl.Uint8, d, mb.comm, s))
 				}
 				if nr > 0 {
-					errs = append(errs, ncclRecv(dst, nr*b.width, ncclUint8, d, mb.comm, s))
+					errs = append(errs, nccl.Recv(dst, nr*b.width, nccl.Uint8, d, mb.comm, s))
 				}
 			}
 		}
 	}
-	errs = append(errs, ncclGroupEnd())
+	errs = append(errs, nccl.GroupEnd())
 	return errors.Join(errs...)
 }
 
@@ -415,7 +417,7 @@ func (p *memberLayer) uploadDispatch(gl *GroupLayer, in *moe.Input) error {
 	}
 	ds.wide = xPastBF16(in, p.l.spec.Recipe)
 	alloc := func(n int) (devptr, error) {
-		ptr, err := cuMemAlloc(n) // (cuMemAlloc makes 0 bytes a real buffer)
+		ptr, err := cu.MemAlloc(n) // (cuMemAlloc makes 0 bytes a real buffer)
 		if err == nil {
 			ds.bufs = append(ds.bufs, ptr)
 		}
@@ -427,20 +429,20 @@ func (p *memberLayer) uploadDispatch(gl *GroupLayer, in *moe.Input) error {
 	if err != nil {
 		return fail(err)
 	}
-	if err := cuMemcpyHtoD(cnt, i32bytes(ds.plan.counts()), s); err != nil {
+	if err := cu.MemcpyHtoD(cnt, i32bytes(ds.plan.counts()), s); err != nil {
 		return fail(err)
 	}
-	if err := ncclAllGather(cnt, cnt+uint64(4*dn), dn, ncclInt32, mb.comm, s); err != nil {
+	if err := nccl.AllGather(cnt, cnt+uint64(4*dn), dn, nccl.Int32, mb.comm, s); err != nil {
 		return fail(err)
 	}
 	if err := gl.g.wait(mb); err != nil {
 		return fail(err)
 	}
 	all := make([]int32, dn*dn)
-	if err := cuMemcpyDtoH(i32bytes(all), cnt+uint64(4*dn), s); err != nil {
+	if err := cu.MemcpyDtoH(i32bytes(all), cnt+uint64(4*dn), s); err != nil {
 		return fail(err)
 	}
-	if err := cuStreamSync(s); err != nil {
+	if err := cu.StreamSync(s); err != nil {
 		return fail(err)
 	}
 	ds.sent = make([][]int32, dn)
@@ -485,11 +487,11 @@ func (p *memberLayer) uploadDispatch(gl *GroupLayer, in *moe.Input) error {
 		if len(c.data) == 0 {
 			continue
 		}
-		if err := cuMemcpyHtoD(c.dst, c.data, s); err != nil {
+		if err := cu.MemcpyHtoD(c.dst, c.data, s); err != nil {
 			return fail(err)
 		}
 	}
-	if err := cuStreamSync(s); err != nil {
+	if err := cu.StreamSync(s); err != nil {
 		return fail(err)
 	}
 	p.ds[in.M] = ds

@@ -30,9 +30,6 @@ const (
 // devices, ranks, the NCCL unique id.
 var ErrGroup = errors.New("cuda: expert-parallel group")
 
-// ErrNoNCCL: libnccl.so.2 could not be loaded.
-var ErrNoNCCL = errors.New("cuda: NCCL not found")
-
 // ErrTimeout is wrapped when a collective or the communicator's setup did
 // not finish in GroupOptions.Timeout (a peer died or never started); the
 // communicator has then been aborted.

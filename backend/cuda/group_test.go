@@ -5,6 +5,8 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"kimimoe/backend/cuda/internal/cu"
+	"kimimoe/backend/cuda/internal/nccl"
 	"math"
 	"strings"
 	"testing"
@@ -152,11 +154,11 @@ func TestGroupErrors(t *testing.T) {
 		if mb.rank == 1 {
 			return errors.New("device 1 failed first")
 		}
-		buf, err := cuMemAlloc(4096)
+		buf, err := cu.MemAlloc(4096)
 		if err != nil {
 			return err
 		}
-		if err := ncclAllReduceSum(buf, buf, 1024, mb.comm, mb.b.stream); err != nil {
+		if err := nccl.AllReduceSum(buf, buf, 1024, mb.comm, mb.b.stream); err != nil {
 			return err
 		}
 		return g.wait(mb)
@@ -183,10 +185,7 @@ func TestGroupErrors(t *testing.T) {
 // NCCL is loaded at an explicit call; a library that is not NCCL is
 // reported with the missing symbol. Skipped once NCCL is loaded.
 func TestWrongNCCLReportsMissingSymbol(t *testing.T) {
-	libMu.Lock()
-	loaded := ncclOK
-	libMu.Unlock()
-	if loaded {
+	if nccl.Loaded() {
 		t.Skip("NCCL already loaded in this process")
 	}
 	t.Setenv("KIMIMOE_LIBNCCL", "libm.so.6")

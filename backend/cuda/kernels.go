@@ -4,23 +4,17 @@ package cuda
 
 import (
 	"fmt"
-	"os"
-	"slices"
-	"strings"
+
+	"kimimoe/backend/cuda/internal/cu"
+	"kimimoe/backend/cuda/internal/cubin"
 )
 
+// compileOptions are NVRTC's options for the kernels on arch. --fmad=false
+// keeps every multiply and add rounded where the contract rounds.
 func compileOptions(arch string, nativeMX bool) []string {
 	opts := []string{"--gpu-architecture=" + arch, "-std=c++17", "--fmad=false", "-default-device"}
 	if nativeMX {
 		opts = append(opts, "-DKMOE_NATIVE_MX")
-	}
-	if os.Getenv("KIMIMOE_NVRTC_VERBOSE") == "1" { // ptxas's resource and performance notes, printed at compile time
-		opts = append(opts, ptxasVerbose)
-	}
-	// Kernel variants for measurements: NAME=VALUE words, each a -D
-	// option (the cache key includes them).
-	for _, d := range strings.Fields(os.Getenv("KIMIMOE_NVRTC_DEFINES")) {
-		opts = append(opts, "-D"+d)
 	}
 	return opts
 }
@@ -30,38 +24,36 @@ func compileOptions(arch string, nativeMX bool) []string {
 // nativeMX the block-scaled MMA uses the native kind::mxf8f6f4.block_scale
 // body (sm_120a only). It needs NVRTC but no driver or device.
 func CompileFor(arch string, nativeMX bool) ([]byte, error) {
-	if err := loadNVRTC(); err != nil {
+	return compileCached(KernelProgram(), "kimimoe.cu", arch, compileOptions(arch, nativeMX))
+}
+
+// compileCached compiles src for arch with opts, through the disk cache.
+func compileCached(src, name, arch string, opts []string) ([]byte, error) {
+	if err := cu.LoadNVRTC(); err != nil {
 		return nil, err
 	}
-	major, minor, err := nvrtcVersion()
+	ver, err := NVRTCVersion()
 	if err != nil {
 		return nil, err
 	}
-	ver := fmt.Sprintf("%d.%d", major, minor)
-	opts := compileOptions(arch, nativeMX)
-	dir := cacheDir()
-	src := KernelProgram()
-	key := cacheKey(src, arch, cacheKeyOptions(opts), ver)
-	// A verbose run compiles even where the cache holds the cubin: the
-	// notes it asks for come from the compile.
-	if !slices.Contains(opts, ptxasVerbose) {
-		if cubin := cacheGet(dir, key); cubin != nil {
-			return cubin, nil
-		}
+	dir := cubin.Dir()
+	key := cubin.Key(src, arch, opts, ver)
+	if c := cubin.Get(dir, key); c != nil {
+		return c, nil
 	}
-	cubin, err := nvrtcCompile(src, "moe.cu", arch, opts)
+	c, _, err := cu.Compile(src, name, arch, opts)
 	if err != nil {
 		return nil, err
 	}
-	cachePut(dir, key, cubin)
-	return cubin, nil
+	cubin.Put(dir, key, c)
+	return c, nil
 }
 
 // NVRTCVersion reports the loaded NVRTC's version.
 func NVRTCVersion() (string, error) {
-	if err := loadNVRTC(); err != nil {
+	if err := cu.LoadNVRTC(); err != nil {
 		return "", err
 	}
-	a, b, err := nvrtcVersion()
+	a, b, err := cu.NVRTCVersion()
 	return fmt.Sprintf("%d.%d", a, b), err
 }

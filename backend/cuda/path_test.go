@@ -6,41 +6,89 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"kimimoe/moe"
 )
 
-// Which path a token count takes, from the layer's settings alone (no
+// kimiShape is the plan input of the Kimi-K3 EP32 layer on an H200 with
+// both wgmma paths' weights on the device.
+func kimiShape(m int, t Tuning) planShape {
+	return planShape{m: m, topk: 16, k: 7168 / 2, n: 3072, e: 28, sms: 132, wg: true, f4: true, wgRows: [2]int{128, 256}, tune: t}
+}
+
+// Which path a token count takes, from the plan's inputs alone (no
 // device): wgmma-fp4 first where it is available, up to its threshold;
 // then decode (small M, or a shape only it runs); then wgmma from its
-// threshold; else the mma.sync grouped GEMMs.
+// threshold; else the mma.sync grouped GEMMs; an x past BF16's range
+// takes the mma.sync GEMMs where a BF16 path was chosen.
 func TestPathOrder(t *testing.T) {
-	kimi := &moe.Weights{K: 3584, N: 3072}
-	oss := &moe.Weights{K: 2880, N: 2880}
+	oss := func(m int) planShape { return planShape{m: m, topk: 4, k: 2880, n: 2880, e: 32, sms: 132} }
 	for _, c := range []struct {
-		name string
-		l    Layer
-		want map[int]string
+		name  string
+		shape func(m int) planShape
+		want  map[int]Path
 	}{
-		{"sm_90a, Kimi", Layer{w: kimi, f4W31: 1, f4MaxM: f4MaxMDefault, wgW31: 1, wgMinM: wgMinM, decodeMaxM: decodeMaxM},
-			map[int]string{1: "wgmma-fp4", 24: "wgmma-fp4", 512: "wgmma-fp4", 513: "wgmma-fp4", 8192: "wgmma-fp4"}},
-		{"sm_90a, fp4 up to 512", Layer{w: kimi, f4W31: 1, f4MaxM: 512, wgW31: 1, wgMinM: wgMinM, decodeMaxM: decodeMaxM},
-			map[int]string{512: "wgmma-fp4", 513: "wgmma", 8192: "wgmma"}},
-		{"sm_90a, fp4 off", Layer{w: kimi, f4W31: 1, f4MaxM: 0, wgW31: 1, wgMinM: wgMinM, decodeMaxM: decodeMaxM},
-			map[int]string{1: "decode", 24: "decode", 25: "grouped", 191: "grouped", 192: "wgmma"}},
-		{"sm_90a, no fp4 (scales)", Layer{w: kimi, f4MaxM: f4MaxMDefault, wgW31: 1, wgMinM: wgMinM, decodeMaxM: decodeMaxM},
-			map[int]string{1: "decode", 128: "grouped", 512: "wgmma"}},
-		{"sm_89", Layer{w: kimi, f4MaxM: f4MaxMDefault, wgMinM: wgMinM, decodeMaxM: decodeMaxM},
-			map[int]string{1: "decode", 25: "grouped", 8192: "grouped"}},
-		{"GPT-OSS 2880", Layer{w: oss, f4MaxM: f4MaxMDefault, wgMinM: wgMinM, decodeMaxM: decodeMaxM},
-			map[int]string{1: "decode", 8192: "decode"}},
+		{"sm_90a, Kimi", func(m int) planShape { return kimiShape(m, Tuning{}) },
+			map[int]Path{1: PathFP4, 24: PathFP4, 512: PathFP4, 513: PathFP4, 8192: PathFP4}},
+		{"sm_90a, fp4 up to 512", func(m int) planShape { return kimiShape(m, Tuning{FP4MaxM: 512}) },
+			map[int]Path{512: PathFP4, 513: PathWGMMA, 8192: PathWGMMA}},
+		{"sm_90a, fp4 off", func(m int) planShape { return kimiShape(m, Tuning{FP4MaxM: -1}) },
+			map[int]Path{1: PathDecode, 24: PathDecode, 25: PathGrouped, 191: PathGrouped, 192: PathWGMMA}},
+		{"sm_90a, no fp4 (scales)", func(m int) planShape { s := kimiShape(m, Tuning{}); s.f4 = false; return s },
+			map[int]Path{1: PathDecode, 128: PathGrouped, 512: PathWGMMA}},
+		{"sm_90a, wgmma off", func(m int) planShape { return kimiShape(m, Tuning{FP4MaxM: -1, NoWGMMA: true}) },
+			map[int]Path{512: PathGrouped}},
+		{"sm_90a, decode never", func(m int) planShape { return kimiShape(m, Tuning{FP4MaxM: -1, DecodeMaxM: -1, WGMMAMinM: 1}) },
+			map[int]Path{1: PathWGMMA}},
+		{"sm_89", func(m int) planShape { s := kimiShape(m, Tuning{}); s.f4, s.wg = false, false; return s },
+			map[int]Path{1: PathDecode, 25: PathGrouped, 8192: PathGrouped}},
+		{"GPT-OSS 2880", oss, map[int]Path{1: PathDecode, 8192: PathDecode}},
+		{"wide x", func(m int) planShape { s := kimiShape(m, Tuning{}); s.wide = true; return s },
+			map[int]Path{1: PathGrouped, 8192: PathGrouped}},
 	} {
 		for m, want := range c.want {
-			if got := c.l.PathFor(m); got != want {
-				t.Errorf("%s: M=%d takes %s, want %s", c.name, m, got, want)
+			if got := choosePlan(c.shape(m)); got.Path != want {
+				t.Errorf("%s: M=%d takes %v, want %v", c.name, m, got.Path, want)
 			}
 		}
+	}
+}
+
+// The plan names the launches its forward runs, in order: the steps the
+// layer builds from a plan (what Profile names) are the plan's Steps, for
+// every path, tile and switch, so a plan printed by bench is what runs.
+func TestPlanIsWhatRuns(t *testing.T) {
+	tunings := []Tuning{{}, {FP4MaxM: -1}, {FP4MaxM: -1, NoWGMMA: true}, {NoPDL: true, NoTileReady: true},
+		{FP4ActMaxM: -1}, {ActByTileMaxM: -1}, {RouteManyMaxM: -1}, {NoFP4Sync: true}, {FP4Tile: 256}, {FP4FitMaxM: -1}}
+	for _, tu := range tunings {
+		for _, m := range []int{1, 2, 8, 24, 25, 36, 48, 64, 89, 128, 192, 256, 512, 1024, 1025, 4096, 8192, 9000} {
+			for _, wide := range []bool{false, true} {
+				s := kimiShape(m, tu)
+				s.wide = wide
+				p := choosePlan(s)
+				l := &Layer{b: &Backend{}, w: &moe.Weights{K: s.k, N: s.n, E: s.e}}
+				ws := &workspace{m: m, topk: s.topk, wide: wide}
+				ws.plans[0], ws.plans[1] = p, p
+				var names []string
+				for _, st := range l.steps(ws) {
+					names = append(names, st.name)
+				}
+				if !slices.Equal(names, p.Steps) {
+					t.Errorf("%s: runs %v", p, names)
+				}
+				if p.Path != PathDecode && (p.Tile == 0 || p.Tiles < (m*s.topk+p.Tile-1)/p.Tile) {
+					t.Errorf("%s: tile %d, %d tile rows for %d entries", p, p.Tile, p.Tiles, m*s.topk)
+				}
+				if p.ActByTile && (!p.ActKernel || !p.TileReady) || p.Deep2 && p.Loop != LoopSync {
+					t.Errorf("%s: inconsistent switches", p)
+				}
+			}
+		}
+	}
+	if got := choosePlan(kimiShape(256, Tuning{})).String(); !strings.Contains(got, "wgmma-fp4") || !strings.Contains(got, "route_x_many > gemm1_act > act_requant > gemm2 > finalize") {
+		t.Errorf("M=256: %s", got)
 	}
 }
 
@@ -94,21 +142,19 @@ func TestF4SyncTiles(t *testing.T) {
 			t.Errorf("tile %d: %d CTAs an SM need %d bytes of shared memory", nt, f4sBlocks[nt], need)
 		}
 	}
-	l := &Layer{f4FitMaxM: f4FitMaxMDefault}
 	for m := 1; m <= f4SyncMaxM; m++ {
-		if !l.f4SyncLoop(f4TileTokens(m)) || l.f4Fit(m, f4TileTokens(m)) {
-			t.Errorf("M=%d (tile %d) is not on the mma.sync loop", m, f4TileTokens(m))
+		if p := choosePlan(kimiShape(m, Tuning{})); p.Loop != LoopSync {
+			t.Errorf("M=%d (tile %d) is on the %v", m, p.Tile, p.Loop)
 		}
 	}
 	for _, m := range []int{f4SyncMaxM + 1, 48, 64, 128, f4FitMaxMDefault, f4FitMaxMDefault + 1, 2048} {
-		tt := f4TileTokens(m)
-		if l.f4SyncLoop(tt) || l.f4Fit(m, tt) != (m <= f4FitMaxMDefault) {
-			t.Errorf("M=%d (tile %d): mma.sync loop %v, fitted N %v", m, tt, l.f4SyncLoop(tt), l.f4Fit(m, tt))
+		p := choosePlan(kimiShape(m, Tuning{}))
+		if want := map[bool]Loop{true: LoopFitted, false: LoopWGMMA}[m <= f4FitMaxMDefault]; p.Loop != want {
+			t.Errorf("M=%d (tile %d): %v, want %v", m, p.Tile, p.Loop, want)
 		}
 	}
-	l.f4NoSync = true
-	if l.f4SyncLoop(8) {
-		t.Error("KIMIMOE_FP4_SYNC=0 left tile 8 on the mma.sync loop")
+	if p := choosePlan(kimiShape(8, Tuning{NoFP4Sync: true})); p.Loop == LoopSync {
+		t.Error("fp4-sync=off left tile 8 on the mma.sync loop")
 	}
 }
 
@@ -137,7 +183,7 @@ func TestF4TileSmemFits(t *testing.T) {
 			want = 4
 		}
 		if seen[nt] != want {
-			t.Errorf("tile %d: %d instances with launch bounds in kernels/moe.cu, want %d", nt, seen[nt], want)
+			t.Errorf("tile %d: %d instances with launch bounds in the kernels, want %d", nt, seen[nt], want)
 		}
 	}
 }
@@ -148,7 +194,6 @@ func TestF4TileSmemFits(t *testing.T) {
 // at 8192 (f36: 4% faster there; above it GEMM1's epilogue spares the
 // float32 up and gate workspace).
 func TestF4ActKernelRange(t *testing.T) {
-	l := &Layer{f4ActMinM: f4ActMinMDefault, f4ActMaxM: f4ActMaxMDefault}
 	first := 1
 	for f4TileTokens(first) < 48 {
 		first++
@@ -157,18 +202,18 @@ func TestF4ActKernelRange(t *testing.T) {
 		t.Errorf("the activation kernel starts at M=%d, the 48-token tiles at %d", f4ActMinMDefault, first)
 	}
 	for m, want := range map[int]bool{1: false, 32: false, 88: false, 89: true, 128: true, 2048: true, 8192: true, 8193: false} {
-		if got := l.f4ActKernel(m); got != want {
+		if got := choosePlan(kimiShape(m, Tuning{})).ActKernel; got != want {
 			t.Errorf("M=%d: activation kernel %v, want %v", m, got, want)
 		}
 	}
-	if (&Layer{f4ActMinM: 1}).f4ActKernel(128) {
-		t.Error("KIMIMOE_FP4_ACT_MAX_M=0 left M=128 on the activation kernel")
+	if choosePlan(kimiShape(128, Tuning{FP4ActMinM: 1, FP4ActMaxM: -1})).ActKernel {
+		t.Error("fp4-act-max-m=-1 left M=128 on the activation kernel")
 	}
 }
 
 // The mma.sync loop's 8-token tile finds each token row's 16-byte pieces
 // by a 32-bit count of 16-byte units from the buffer's start (F4sPieces in
-// kernels/moe.cu): f4sAddressable admits a buffer exactly when its last
+// kernels/fp4_sync.cu): f4sAddressable admits a buffer exactly when its last
 // piece's count fits in 32 bits, so the largest it admits ends at count
 // 2^32 - 1 and the smallest it refuses would wrap to 0. The 16-token tile,
 // which addresses rows in 64 bits, is admitted at any size.

@@ -8,7 +8,7 @@ import (
 	"kimimoe/mxfp"
 )
 
-// The wgmma path's weights (kernels/moe.cu "the wgmma path"), arranged at
+// The wgmma path's weights (kernels/wgmma.cu), arranged at
 // prepare time as BF16: every MXFP4 weight E2M1 x 2^(s-127) is a BF16
 // value (E2M1's 2-bit significands fit BF16's 8, and BF16 has float32's
 // exponent range, its subnormals reaching 2^-133 below E2M1 x 2^-127's

@@ -11,19 +11,10 @@ import (
 
 	"kimimoe/activation"
 	"kimimoe/backend"
+	"kimimoe/backend/cuda"
 	"kimimoe/moe"
 	"kimimoe/mxfp"
 )
-
-// layerKnob applies set to layer where the layer has that setting (L),
-// else it is a usage error naming the flag.
-func layerKnob[L any](layer backend.Layer, flag, backendName, what string, set func(L) error) error {
-	l, ok := layer.(L)
-	if !ok {
-		return usagef("%s: backend %q has no %s", flag, backendName, what)
-	}
-	return set(l)
-}
 
 // median of v (not empty): the middle value, or the mean of the two
 // middle ones.
@@ -60,6 +51,7 @@ type benchRow struct {
 	FloorBound   string    `json:"floor_bound"`
 	RatioToFloor float64   `json:"ratio_to_floor"`
 	Path         string    `json:"path,omitempty"`
+	Plan         string    `json:"plan,omitempty"` // the launch plan (cuda.Plan.String)
 	SamplesMS    []float64 `json:"samples_ms"`
 }
 
@@ -77,10 +69,7 @@ func runBench(args []string) error {
 	profile := fs.Bool("profile", false, "also print one eager forward's time per kernel, per M")
 	plotPath := fs.String("plot", "", "also draw latency against M to this file (.svg, .png, .pdf)")
 	peersPath := fs.String("peers", "", "with --plot: peer JSONs to draw beside, comma-separated")
-	decodeMaxM := fs.Int("decode-max-m", 0, "cuda: largest M on the decode path (0: the backend's choice; -1: never)")
-	wgmma := fs.Bool("wgmma", true, "cuda on sm_90: the grouped path's GEMMs on wgmma where they are faster (false: the mma.sync GEMMs, to compare)")
-	wgMinM := fs.Int("wgmma-min-m", 0, "cuda on sm_90: smallest M on the wgmma GEMMs (0: the backend's choice; 1: every grouped M)")
-	fp4MaxM := fs.Int("fp4-max-m", -1, "cuda on sm_90: largest M on the wgmma-fp4 GEMMs (MXFP4 weights widened in registers; -1: the backend's choice; 0: never)")
+	tune := addTuneFlag(fs)
 	kFlag := fs.Int("k", 0, "hidden size K of the benched layer (0: Kimi's 3584); a small K and N measure the forward's fixed costs")
 	nFlag := fs.Int("n", 0, "intermediate size N of the benched layer (0: Kimi's 3072)")
 	gf := addGroupFlags(fs, "replicated, dispatch, both", "both")
@@ -146,6 +135,13 @@ func runBench(args []string) error {
 	if *rounds < 1 || *warmup < 0 || *copyMB < 1 || !(*peak > 0) {
 		return usagef("--rounds must be at least 1, --warmup at least 0, --copy-mb at least 1, --fp8-peak positive")
 	}
+	tuning, err := cuda.ParseTuning(*tune)
+	if err != nil {
+		return asUsage(err)
+	}
+	if tuning != (cuda.Tuning{}) && *name != "cuda" {
+		return usagef("--tune: backend %q has no launch policy; only cuda does", *name)
+	}
 	b, err := backend.Open(*name)
 	if err != nil {
 		return err
@@ -178,28 +174,8 @@ func runBench(args []string) error {
 		return err
 	}
 	defer layer.Close()
-	for _, knob := range []struct {
-		on  bool
-		set func() error
-	}{
-		{*decodeMaxM != 0, func() error {
-			return layerKnob(layer, "--decode-max-m", *name, "decode path",
-				func(l interface{ SetDecodeMaxM(int) error }) error { return l.SetDecodeMaxM(*decodeMaxM) })
-		}},
-		{!*wgmma, func() error {
-			return layerKnob(layer, "--wgmma", *name, "wgmma path", func(l interface{ SetWGMMA(bool) error }) error { return l.SetWGMMA(false) })
-		}},
-		{*fp4MaxM >= 0, func() error {
-			return layerKnob(layer, "--fp4-max-m", *name, "wgmma-fp4 path", func(l interface{ SetFP4MaxM(int) error }) error { return l.SetFP4MaxM(*fp4MaxM) })
-		}},
-		{*wgMinM != 0, func() error {
-			return layerKnob(layer, "--wgmma-min-m", *name, "wgmma path", func(l interface{ SetWGMinM(int) error }) error { return l.SetWGMinM(*wgMinM) })
-		}},
-	} {
-		if !knob.on {
-			continue
-		}
-		if err := knob.set(); err != nil {
+	if tuning != (cuda.Tuning{}) {
+		if err := layer.(interface{ SetTuning(cuda.Tuning) error }).SetTuning(tuning); err != nil {
 			p.done()
 			return err
 		}
@@ -229,8 +205,9 @@ func runBench(args []string) error {
 		}
 		r := &rows[j]
 		r.M, r.LocalPairs, r.Experts = m, pairs, len(touched)
-		if pf, ok := layer.(interface{ PathFor(int) string }); ok {
-			r.Path = pf.PathFor(m)
+		if pf, ok := layer.(interface{ PlanFor(m, topk int) cuda.Plan }); ok {
+			plan := pf.PlanFor(m, s.TopK)
+			r.Path, r.Plan = plan.Path.String(), plan.String()
 		}
 		// Fewest bytes: each touched expert's weights and scales once, x in
 		// (float32), the routing, and the float32 output.

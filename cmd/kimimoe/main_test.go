@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"kimimoe/activation"
-	"kimimoe/backend"
 	"kimimoe/checkpoint"
 	"kimimoe/moe"
 	"kimimoe/mxfp"
@@ -425,23 +424,20 @@ func TestMedian(t *testing.T) {
 	}
 }
 
-type knobLayer struct {
-	backend.Layer
-	set int
-}
-
-func (l *knobLayer) SetDecodeMaxM(m int) error { l.set = m; return nil }
-
-// layerKnob sets what the layer has, and names the flag for what it has not.
-func TestLayerKnob(t *testing.T) {
-	l := &knobLayer{}
-	if err := layerKnob(l, "--decode-max-m", "x", "decode path", func(k interface{ SetDecodeMaxM(int) error }) error { return k.SetDecodeMaxM(7) }); err != nil || l.set != 7 {
-		t.Errorf("set: %v, %d", err, l.set)
-	}
-	err := layerKnob(l, "--wgmma", "x", "wgmma path", func(k interface{ SetWGMMA(bool) error }) error { return k.SetWGMMA(false) })
-	var ue usageError
-	if !errors.As(err, &ue) || err.Error() != `--wgmma: backend "x" has no wgmma path` {
-		t.Errorf("missing setting: %v", err)
+// --tune is a usage error for a bad value and for a backend with no
+// launch policy, before anything is opened.
+func TestTuneFlag(t *testing.T) {
+	for _, c := range []struct {
+		cmd  func([]string) error
+		args []string
+	}{{runValidate, []string{"--tune", "fp4-max-m=0", "--backend", "cuda"}}, {runValidate, []string{"--tune", "pdl=off"}},
+		{runBench, []string{"--tune", "nonsense=1", "--backend", "cuda"}}, {runBench, []string{"--tune", "pdl=off", "--backend", "go"}}} {
+		args := c.args
+		_, err := capture(t, func() error { return c.cmd(args) })
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "tune") {
+			t.Errorf("%v: %v", args, err)
+		}
 	}
 }
 

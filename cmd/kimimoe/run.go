@@ -16,6 +16,7 @@ func runRun(args []string) error {
 	cf := addCkptFlags(fs)
 	out := fs.String("out", "", "output file: tensor \"out\" [M, K] F32 (a regular file or a new name; not the case file)")
 	name := fs.String("backend", backend.GoName, "backend")
+	tune := addTuneFlag(fs)
 	maxMem := fs.Float64("max-memory-gib", 16, "refuse a case estimated to need more memory than this")
 	outDType := fs.String("out-dtype", "f32", "dtype of \"out\": f32, bf16 or f16 (rounded to nearest even from the backend's float32)")
 	if err := parse(fs, args); err != nil {
@@ -57,7 +58,7 @@ func runRun(args []string) error {
 	if err := checkMemory(fmt.Sprintf("case %s (M=%d, %d local slots, %d experts)", *in, c.Input.M, pairs, w.E), need, *maxMem); err != nil {
 		return err
 	}
-	b, err := backend.Open(*name)
+	b, _, err := openTuned(*name, *tune)
 	if err != nil {
 		return err
 	}

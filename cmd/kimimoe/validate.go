@@ -21,6 +21,7 @@ func runValidate(args []string) error {
 	fs := newFlags("validate", "[flags]")
 	suite := fs.String("suite", "smoke", "suite: "+strings.Join(validation.Suites, ", "))
 	name := fs.String("backend", backend.GoName, "backend")
+	tune := addTuneFlag(fs)
 	actName := fs.String("activation", "situ", "activation kind (see below)")
 	chainName := fs.String("chain", "mxfp8", "precision chain: exact, mxfp8, flashinfer")
 	recipeName := fs.String("recipe", "rceil", "MX scale recipe: floor, rceil")
@@ -71,7 +72,7 @@ func runValidate(args []string) error {
 	if group {
 		b, err = openGroupBackend(gf)
 	} else {
-		b, err = backend.Open(*name)
+		b, _, err = openTuned(*name, *tune)
 	}
 	if err != nil {
 		return err

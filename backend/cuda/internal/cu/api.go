@@ -1,6 +1,6 @@
 //go:build cgo
 
-package cuda
+package cu
 
 /*
 #cgo LDFLAGS: -ldl
@@ -262,21 +262,23 @@ import "C"
 
 import (
 	"fmt"
-	"os"
 	"unsafe"
 )
 
-// Go wrappers over the table. Handles are opaque pointers; device memory is
-// a uint64. Every call returns the driver's result through check.
+// Go wrappers over the table, one a driver call, named as the driver names
+// them without the "cu" prefix. Handles are opaque pointers; device memory
+// is a uint64. Every call returns the driver's result through check, as an
+// *Error.
 
 type (
-	cuContext  = C.CUcontext
-	cuModule   = C.CUmodule
-	cuFunction = C.CUfunction
-	cuStream   = C.CUstream
-	cuEvent    = C.CUevent
-	cuGraph    = C.CUgraph
-	cuGraphX   = C.CUgraphExec
+	Context   = C.CUcontext   // a primary context
+	Module    = C.CUmodule    // a loaded cubin
+	Function  = C.CUfunction  // a kernel of a module
+	Stream    = C.CUstream    // nil is the legacy default stream
+	Event     = C.CUevent     // timing events
+	Graph     = C.CUgraph     // a captured graph
+	GraphExec = C.CUgraphExec // its instantiation
+	Ptr       = uint64        // device memory
 )
 
 func check(call string, r C.CUresult) error {
@@ -288,7 +290,7 @@ func check(call string, r C.CUresult) error {
 
 // dlLoadCUDA loads the driver table; "" on success, else why it failed
 // (dlerror's text, or "missing symbol NAME").
-func dlLoadCUDA(path string) (why string) {
+func loadCUDA(path string) (why string) {
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
 	if bad := C.kmoe_load_cuda(cs); bad != nil {
@@ -297,7 +299,7 @@ func dlLoadCUDA(path string) (why string) {
 	return ""
 }
 
-func dlLoadNVRTC(path string) (why string) {
+func loadNVRTC(path string) (why string) {
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
 	if bad := C.kmoe_load_nvrtc(cs); bad != nil {
@@ -306,21 +308,21 @@ func dlLoadNVRTC(path string) (why string) {
 	return ""
 }
 
-func cuInit() error { return check("cuInit", C.k_cuInit()) }
+func Init() error { return check("cuInit", C.k_cuInit()) }
 
-func cuDeviceCount() (int, error) {
+func DeviceCount() (int, error) {
 	var n C.int
 	err := check("cuDeviceGetCount", C.k_cuDeviceGetCount(&n))
 	return int(n), err
 }
 
-func cuDeviceGet(i int) (int, error) {
+func DeviceGet(i int) (int, error) {
 	var d C.CUdevice
 	err := check("cuDeviceGet", C.k_cuDeviceGet(&d, C.int(i)))
 	return int(d), err
 }
 
-func cuDeviceName(d int) (string, error) {
+func DeviceName(d int) (string, error) {
 	buf := make([]byte, 256)
 	err := check("cuDeviceGetName", C.k_cuDeviceGetName((*C.char)(unsafe.Pointer(&buf[0])), 256, C.CUdevice(d)))
 	n := 0
@@ -330,25 +332,25 @@ func cuDeviceName(d int) (string, error) {
 	return string(buf[:n]), err
 }
 
-func cuDeviceAttribute(d, attr int) (int, error) {
+func DeviceAttribute(d, attr int) (int, error) {
 	var v C.int
 	err := check("cuDeviceGetAttribute", C.k_cuDeviceGetAttribute(&v, C.int(attr), C.CUdevice(d)))
 	return int(v), err
 }
 
-func cuPrimaryCtxRetain(d int) (cuContext, error) {
+func PrimaryCtxRetain(d int) (Context, error) {
 	var c C.CUcontext
 	err := check("cuDevicePrimaryCtxRetain", C.k_cuDevicePrimaryCtxRetain(&c, C.CUdevice(d)))
 	return c, err
 }
 
-func cuPrimaryCtxRelease(d int) error {
+func PrimaryCtxRelease(d int) error {
 	return check("cuDevicePrimaryCtxRelease", C.k_cuDevicePrimaryCtxRelease(C.CUdevice(d)))
 }
 
-func cuCtxSetCurrent(c cuContext) error { return check("cuCtxSetCurrent", C.k_cuCtxSetCurrent(c)) }
+func CtxSetCurrent(c Context) error { return check("cuCtxSetCurrent", C.k_cuCtxSetCurrent(c)) }
 
-func cuModuleLoadData(image []byte) (cuModule, error) {
+func ModuleLoadData(image []byte) (Module, error) {
 	var m C.CUmodule
 	p := C.CBytes(image)
 	defer C.free(p)
@@ -356,9 +358,9 @@ func cuModuleLoadData(image []byte) (cuModule, error) {
 	return m, err
 }
 
-func cuModuleUnload(m cuModule) error { return check("cuModuleUnload", C.k_cuModuleUnload(m)) }
+func ModuleUnload(m Module) error { return check("cuModuleUnload", C.k_cuModuleUnload(m)) }
 
-func cuModuleGetFunction(m cuModule, name string) (cuFunction, error) {
+func ModuleGetFunction(m Module, name string) (Function, error) {
 	var f C.CUfunction
 	cs := C.CString(name)
 	defer C.free(unsafe.Pointer(cs))
@@ -366,81 +368,81 @@ func cuModuleGetFunction(m cuModule, name string) (cuFunction, error) {
 	return f, err
 }
 
-// cuFuncSetMaxDynamicSmem lets f use n bytes of dynamic shared memory
+// FuncSetMaxDynamicSmem lets f use n bytes of dynamic shared memory
 // (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8), above the 48 KB
 // a launch gets without opting in.
-func cuFuncSetMaxDynamicSmem(f cuFunction, n int) error {
+func FuncSetMaxDynamicSmem(f Function, n int) error {
 	return check("cuFuncSetAttribute", C.k_cuFuncSetAttribute(f, 8, C.int(n)))
 }
 
-func cuMemAlloc(n int) (devptr, error) {
+func MemAlloc(n int) (Ptr, error) {
 	var p C.CUdeviceptr
 	if n == 0 {
 		n = 256 // a real pointer, so kernels never see 0
 	}
 	err := check("cuMemAlloc", C.k_cuMemAlloc(&p, C.size_t(n)))
-	return devptr(p), err
+	return Ptr(p), err
 }
 
-func cuMemFree(p devptr) error { return check("cuMemFree", C.k_cuMemFree(C.CUdeviceptr(p))) }
+func MemFree(p Ptr) error { return check("cuMemFree", C.k_cuMemFree(C.CUdeviceptr(p))) }
 
-// cuMemcpyHtoD copies a Go byte slice to the device. The copy is issued on
+// MemcpyHtoD copies a Go byte slice to the device. The copy is issued on
 // s and is complete when the call returns for pageable memory (the driver
 // stages it), so the slice may be reused afterwards.
-func cuMemcpyHtoD(dst devptr, src []byte, s cuStream) error {
+func MemcpyHtoD(dst Ptr, src []byte, s Stream) error {
 	if len(src) == 0 {
 		return nil
 	}
 	return check("cuMemcpyHtoDAsync", C.k_cuMemcpyHtoDAsync(C.CUdeviceptr(dst), unsafe.Pointer(&src[0]), C.size_t(len(src)), s))
 }
 
-// cuMemcpyDtoH copies to a Go slice; the caller synchronizes s before
+// MemcpyDtoH copies to a Go slice; the caller synchronizes s before
 // reading it (pageable destination: the driver completes it synchronously).
-func cuMemcpyDtoH(dst []byte, src devptr, s cuStream) error {
+func MemcpyDtoH(dst []byte, src Ptr, s Stream) error {
 	if len(dst) == 0 {
 		return nil
 	}
 	return check("cuMemcpyDtoHAsync", C.k_cuMemcpyDtoHAsync(unsafe.Pointer(&dst[0]), C.CUdeviceptr(src), C.size_t(len(dst)), s))
 }
 
-func cuMemcpyDtoD(dst, src devptr, n int, s cuStream) error {
+func MemcpyDtoD(dst, src Ptr, n int, s Stream) error {
 	return check("cuMemcpyDtoDAsync", C.k_cuMemcpyDtoDAsync(C.CUdeviceptr(dst), C.CUdeviceptr(src), C.size_t(n), s))
 }
 
-func cuMemsetD32(dst devptr, v uint32, n int, s cuStream) error {
+func MemsetD32(dst Ptr, v uint32, n int, s Stream) error {
 	return check("cuMemsetD32Async", C.k_cuMemsetD32Async(C.CUdeviceptr(dst), C.uint(v), C.size_t(n), s))
 }
 
-// cuLaunch launches f with its ABI argument struct (copied by the driver
+// Launch launches f with its ABI argument struct (copied by the driver
 // at launch, and into the node when a graph is being captured).
-func cuLaunch[A any](f cuFunction, grid [3]int, block, smem int, s cuStream, args *A) error {
+func Launch[A any](f Function, grid [3]int, block, smem int, s Stream, args *A) error {
 	return check("cuLaunchKernel", C.k_launch(f, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]), C.uint(block),
 		C.uint(smem), s, unsafe.Pointer(args)))
 }
 
-// cuLaunchPDL launches f as cuLaunch does, with programmatic dependent
+// LaunchPDL launches f as Launch does, with programmatic dependent
 // launch (f must execute griddepcontrol.wait before it reads what the
 // kernel ahead of it writes); where the driver has no cuLaunchKernelEx it
-// is cuLaunch.
-func cuLaunchPDL[A any](f cuFunction, grid [3]int, block, smem int, s cuStream, args *A) error {
+// is Launch.
+func LaunchPDL[A any](f Function, grid [3]int, block, smem int, s Stream, args *A) error {
 	if C.k_has_launch_ex() == 0 {
-		return cuLaunch(f, grid, block, smem, s, args)
+		return Launch(f, grid, block, smem, s, args)
 	}
 	return check("cuLaunchKernelEx", C.k_launch_pdl(f, C.uint(grid[0]), C.uint(grid[1]), C.uint(grid[2]), C.uint(block),
 		C.uint(smem), s, unsafe.Pointer(args)))
 }
 
-func cuStreamCreate() (cuStream, error) {
+func StreamCreate() (Stream, error) {
 	var s C.CUstream
 	err := check("cuStreamCreate", C.k_cuStreamCreate(&s))
 	return s, err
 }
 
-func cuStreamDestroy(s cuStream) error { return check("cuStreamDestroy", C.k_cuStreamDestroy(s)) }
-func cuStreamSync(s cuStream) error    { return check("cuStreamSynchronize", C.k_cuStreamSynchronize(s)) }
+func StreamDestroy(s Stream) error { return check("cuStreamDestroy", C.k_cuStreamDestroy(s)) }
+func StreamSync(s Stream) error    { return check("cuStreamSynchronize", C.k_cuStreamSynchronize(s)) }
 
-// cuStreamQuery reports whether everything issued to s has finished.
-func cuStreamQuery(s cuStream) (done bool, err error) {
+// StreamQuery reports whether everything issued to s has finished.
+func StreamQuery(s Stream) (done bool, err error) {
 	r := C.k_cuStreamQuery(s)
 	if r == 600 { // CUDA_ERROR_NOT_READY
 		return false, nil
@@ -448,45 +450,45 @@ func cuStreamQuery(s cuStream) (done bool, err error) {
 	return true, check("cuStreamQuery", r)
 }
 
-func cuEventCreate() (cuEvent, error) {
+func EventCreate() (Event, error) {
 	var e C.CUevent
 	err := check("cuEventCreate", C.k_cuEventCreate(&e))
 	return e, err
 }
 
-func cuEventDestroy(e cuEvent) error { return check("cuEventDestroy", C.k_cuEventDestroy(e)) }
-func cuEventRecord(e cuEvent, s cuStream) error {
+func EventDestroy(e Event) error { return check("cuEventDestroy", C.k_cuEventDestroy(e)) }
+func EventRecord(e Event, s Stream) error {
 	return check("cuEventRecord", C.k_cuEventRecord(e, s))
 }
-func cuEventSync(e cuEvent) error { return check("cuEventSynchronize", C.k_cuEventSynchronize(e)) }
+func EventSync(e Event) error { return check("cuEventSynchronize", C.k_cuEventSynchronize(e)) }
 
-func cuEventElapsed(a, b cuEvent) (float64, error) {
+func EventElapsed(a, b Event) (float64, error) {
 	var ms C.float
 	err := check("cuEventElapsedTime", C.k_cuEventElapsedTime(&ms, a, b))
 	return float64(ms), err
 }
 
-func cuStreamBeginCapture(s cuStream) error {
+func StreamBeginCapture(s Stream) error {
 	return check("cuStreamBeginCapture", C.k_cuStreamBeginCapture(s))
 }
 
-func cuStreamEndCapture(s cuStream) (cuGraph, error) {
+func StreamEndCapture(s Stream) (Graph, error) {
 	var g C.CUgraph
 	err := check("cuStreamEndCapture", C.k_cuStreamEndCapture(s, &g))
 	return g, err
 }
 
-func cuGraphInstantiate(g cuGraph) (cuGraphX, error) {
+func GraphInstantiate(g Graph) (GraphExec, error) {
 	var x C.CUgraphExec
 	err := check("cuGraphInstantiateWithFlags", C.k_cuGraphInstantiate(&x, g))
 	return x, err
 }
 
-func cuGraphLaunch(x cuGraphX, s cuStream) error {
+func GraphLaunch(x GraphExec, s Stream) error {
 	return check("cuGraphLaunch", C.k_cuGraphLaunch(x, s))
 }
-func cuGraphDestroy(g cuGraph) error { return check("cuGraphDestroy", C.k_cuGraphDestroy(g)) }
-func cuGraphExecDestroy(x cuGraphX) error {
+func GraphDestroy(g Graph) error { return check("cuGraphDestroy", C.k_cuGraphDestroy(g)) }
+func GraphExecDestroy(x GraphExec) error {
 	return check("cuGraphExecDestroy", C.k_cuGraphExecDestroy(x))
 }
 
@@ -497,24 +499,25 @@ func nvrtcCheck(call string, r C.nvrtcResult) error {
 	return fmt.Errorf("cuda: %s: nvrtc error %d", call, int(r))
 }
 
-func nvrtcVersion() (major, minor int, err error) {
+func NVRTCVersion() (major, minor int, err error) {
 	var a, b C.int
 	err = nvrtcCheck("nvrtcVersion", C.k_nvrtcVersion(&a, &b))
 	return int(a), int(b), err
 }
 
-// nvrtcCompile compiles src to a cubin with opts; on a compile error it
-// returns the log in a *CompileError.
-func nvrtcCompile(src, name, arch string, opts []string) ([]byte, error) {
+// Compile compiles src with NVRTC for arch with opts and returns the
+// cubin and NVRTC's log (ptxas's notes where opts ask for them); on a
+// compile error it returns a *CompileError holding the log.
+func Compile(src, name, arch string, opts []string) (cubin []byte, log string, err error) {
 	csrc, cname := C.CString(src), C.CString(name)
 	defer C.free(unsafe.Pointer(csrc))
 	defer C.free(unsafe.Pointer(cname))
 	var prog C.nvrtcProgram
 	if err := nvrtcCheck("nvrtcCreateProgram", C.k_nvrtcCreateProgram(&prog, csrc, cname)); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer C.k_nvrtcDestroyProgram(&prog)
-	copts := C.malloc(C.size_t(len(opts)) * C.size_t(unsafe.Sizeof(uintptr(0))))
+	copts := C.malloc(C.size_t(max(len(opts), 1)) * C.size_t(unsafe.Sizeof(uintptr(0))))
 	defer C.free(copts)
 	ptrs := unsafe.Slice((**C.char)(copts), len(opts))
 	for i, o := range opts {
@@ -524,25 +527,21 @@ func nvrtcCompile(src, name, arch string, opts []string) ([]byte, error) {
 	r := C.k_nvrtcCompileProgram(prog, C.int(len(opts)), (**C.char)(copts))
 	var logSize C.size_t
 	C.k_nvrtcGetProgramLogSize(prog, &logSize)
-	log := ""
 	if logSize > 1 {
 		buf := make([]byte, int(logSize))
 		C.k_nvrtcGetProgramLog(prog, (*C.char)(unsafe.Pointer(&buf[0])))
 		log = string(buf[:len(buf)-1])
 	}
 	if r != 0 {
-		return nil, &CompileError{Arch: arch, Log: log}
-	}
-	if log != "" && os.Getenv("KIMIMOE_NVRTC_VERBOSE") == "1" {
-		fmt.Fprintf(os.Stderr, "NVRTC log (%s):\n%s\n", arch, log)
+		return nil, log, &CompileError{Arch: arch, Log: log}
 	}
 	var n C.size_t
 	if err := nvrtcCheck("nvrtcGetCUBINSize", C.k_nvrtcGetCUBINSize(prog, &n)); err != nil {
-		return nil, err
+		return nil, log, err
 	}
-	cubin := make([]byte, int(n))
+	cubin = make([]byte, int(n))
 	if err := nvrtcCheck("nvrtcGetCUBIN", C.k_nvrtcGetCUBIN(prog, (*C.char)(unsafe.Pointer(&cubin[0])))); err != nil {
-		return nil, err
+		return nil, log, err
 	}
-	return cubin, nil
+	return cubin, log, nil
 }

@@ -1,4 +1,4 @@
-package cuda
+package cubin
 
 import (
 	"os"
@@ -10,29 +10,29 @@ import (
 // is a miss and is removed, and keys change with every input.
 func TestCubinCache(t *testing.T) {
 	dir := t.TempDir()
-	key := cacheKey("src", "sm_90", []string{"-O3"}, "13.0")
-	if cacheGet(dir, key) != nil {
+	key := Key("src", "sm_90", []string{"-O3"}, "13.0")
+	if Get(dir, key) != nil {
 		t.Fatal("empty cache hit")
 	}
-	cachePut(dir, key, []byte("cubin bytes"))
-	if got := cacheGet(dir, key); string(got) != "cubin bytes" {
+	Put(dir, key, []byte("cubin bytes"))
+	if got := Get(dir, key); string(got) != "cubin bytes" {
 		t.Fatalf("cache returned %q", got)
 	}
 	path := filepath.Join(dir, key+".cubin")
 	b, _ := os.ReadFile(path)
 	b[len(b)-1] ^= 1
 	os.WriteFile(path, b, 0o644)
-	if cacheGet(dir, key) != nil {
+	if Get(dir, key) != nil {
 		t.Fatal("corrupt entry trusted")
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatal("corrupt entry not removed")
 	}
 	for _, k := range []string{
-		cacheKey("src2", "sm_90", []string{"-O3"}, "13.0"),
-		cacheKey("src", "sm_120a", []string{"-O3"}, "13.0"),
-		cacheKey("src", "sm_90", []string{"-O2"}, "13.0"),
-		cacheKey("src", "sm_90", []string{"-O3"}, "12.9"),
+		Key("src2", "sm_90", []string{"-O3"}, "13.0"),
+		Key("src", "sm_120a", []string{"-O3"}, "13.0"),
+		Key("src", "sm_90", []string{"-O2"}, "13.0"),
+		Key("src", "sm_90", []string{"-O3"}, "12.9"),
 	} {
 		if k == key {
 			t.Fatal("cache key ignores one of its inputs")

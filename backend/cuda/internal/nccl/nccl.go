@@ -1,6 +1,6 @@
 //go:build cgo
 
-package cuda
+package nccl
 
 /*
 #cgo LDFLAGS: -ldl
@@ -110,50 +110,36 @@ static ncclResult_t k_ncclGroupEnd(void) { return nc.ncclGroupEnd(); }
 import "C"
 
 import (
-	"fmt"
 	"unsafe"
+
+	"kimimoe/backend/cuda/internal/cu"
+	"kimimoe/backend/cuda/internal/dl"
 )
 
 // NCCL data types (nccl.h's ncclDataType_t).
 const (
-	ncclUint8   = 1
-	ncclInt32   = 2
-	ncclFloat32 = 7
+	Uint8   = 1
+	Int32   = 2
+	Float32 = 7
 )
 
-const ncclInProgress = 7 // ncclResult_t: a non-blocking call is still running
+const inProgress = 7 // ncclResult_t: a non-blocking call is still running
 
-type ncclComm = C.ncclComm_t
+// Comm is a communicator.
+type Comm = C.ncclComm_t
 
-// NCCLError is a failed NCCL call: its result code, NCCL's string for
-// it, and the communicator's last error message when there is one.
-type NCCLError struct {
-	Call   string
-	Code   int
-	Name   string
-	Detail string
-}
-
-func (e *NCCLError) Error() string {
-	s := fmt.Sprintf("cuda: %s: %s (%d)", e.Call, e.Name, e.Code)
-	if e.Detail != "" {
-		s += ": " + e.Detail
-	}
-	return s
-}
-
-func ncclCheck(call string, r C.ncclResult_t, c ncclComm) error {
+func check(call string, r C.ncclResult_t, c Comm) error {
 	if r == 0 {
 		return nil
 	}
-	e := &NCCLError{Call: call, Code: int(r), Name: C.GoString(C.k_ncclErrorString(r))}
+	e := &Error{Call: call, Code: int(r), Name: C.GoString(C.k_ncclErrorString(r))}
 	if c != nil {
 		e.Detail = C.GoString(C.k_ncclLastError(c))
 	}
 	return e
 }
 
-func dlLoadNCCL(path string) (why string) {
+func load(path string) (why string) {
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
 	if bad := C.kmoe_load_nccl(cs); bad != nil {
@@ -162,66 +148,75 @@ func dlLoadNCCL(path string) (why string) {
 	return ""
 }
 
-func ncclVersion() (int, error) {
+func Version() (int, error) {
 	var v C.int
-	err := ncclCheck("ncclGetVersion", C.k_ncclGetVersion(&v), nil)
+	err := check("ncclGetVersion", C.k_ncclGetVersion(&v), nil)
 	return int(v), err
 }
 
-func ncclGetUniqueID() (UniqueID, error) {
-	var id UniqueID
-	err := ncclCheck("ncclGetUniqueId", C.k_ncclGetUniqueId(unsafe.Pointer(&id[0])), nil)
+func GetUniqueID() ([128]byte, error) {
+	var id [128]byte
+	err := check("ncclGetUniqueId", C.k_ncclGetUniqueId(unsafe.Pointer(&id[0])), nil)
 	return id, err
 }
 
-func ncclCommInitRank(id UniqueID, size, rank int) (ncclComm, error) {
-	var c ncclComm
-	err := ncclCheck("ncclCommInitRank", C.k_ncclCommInitRank(&c, C.int(size), unsafe.Pointer(&id[0]), C.int(rank)), nil)
+func CommInitRank(id [128]byte, size, rank int) (Comm, error) {
+	var c Comm
+	err := check("ncclCommInitRank", C.k_ncclCommInitRank(&c, C.int(size), unsafe.Pointer(&id[0]), C.int(rank)), nil)
 	return c, err
 }
 
-func ncclCommInitAll(devices []int) ([]ncclComm, error) {
-	comms := make([]ncclComm, len(devices))
+func CommInitAll(devices []int) ([]Comm, error) {
+	comms := make([]Comm, len(devices))
 	devs := make([]C.int, len(devices))
 	for i, d := range devices {
 		devs[i] = C.int(d)
 	}
-	err := ncclCheck("ncclCommInitAll", C.k_ncclCommInitAll(&comms[0], C.int(len(devices)), &devs[0]), nil)
+	err := check("ncclCommInitAll", C.k_ncclCommInitAll(&comms[0], C.int(len(devices)), &devs[0]), nil)
 	return comms, err
 }
 
-func ncclCommDestroy(c ncclComm) error {
-	return ncclCheck("ncclCommDestroy", C.k_ncclCommDestroy(c), nil)
+func CommDestroy(c Comm) error {
+	return check("ncclCommDestroy", C.k_ncclCommDestroy(c), nil)
 }
-func ncclCommAbort(c ncclComm) error { return ncclCheck("ncclCommAbort", C.k_ncclCommAbort(c), nil) }
+func CommAbort(c Comm) error { return check("ncclCommAbort", C.k_ncclCommAbort(c), nil) }
 
-// ncclAsyncError is the communicator's asynchronous error (nil: none).
-func ncclAsyncError(c ncclComm) error {
+// AsyncError is the communicator's asynchronous error (nil: none).
+func AsyncError(c Comm) error {
 	var r C.ncclResult_t
-	if err := ncclCheck("ncclCommGetAsyncError", C.k_ncclCommGetAsyncError(c, &r), c); err != nil {
+	if err := check("ncclCommGetAsyncError", C.k_ncclCommGetAsyncError(c, &r), c); err != nil {
 		return err
 	}
-	if r == 0 || r == ncclInProgress {
+	if r == 0 || r == inProgress {
 		return nil
 	}
-	return ncclCheck("NCCL (asynchronous)", r, c)
+	return check("NCCL (asynchronous)", r, c)
 }
 
-func ncclAllReduceSum(src, dst devptr, n int, c ncclComm, s cuStream) error {
-	return ncclCheck("ncclAllReduce", C.k_ncclAllReduceSumF32(C.ulonglong(src), C.ulonglong(dst), C.size_t(n), c, C.kmoe_stream(s)), c)
+func AllReduceSum(src, dst cu.Ptr, n int, c Comm, s cu.Stream) error {
+	return check("ncclAllReduce", C.k_ncclAllReduceSumF32(C.ulonglong(src), C.ulonglong(dst), C.size_t(n), c, C.kmoe_stream(unsafe.Pointer(s))), c)
 }
 
-func ncclAllGather(src, dst devptr, n, dtype int, c ncclComm, s cuStream) error {
-	return ncclCheck("ncclAllGather", C.k_ncclAllGather(C.ulonglong(src), C.ulonglong(dst), C.size_t(n), C.int(dtype), c, C.kmoe_stream(s)), c)
+func AllGather(src, dst cu.Ptr, n, dtype int, c Comm, s cu.Stream) error {
+	return check("ncclAllGather", C.k_ncclAllGather(C.ulonglong(src), C.ulonglong(dst), C.size_t(n), C.int(dtype), c, C.kmoe_stream(unsafe.Pointer(s))), c)
 }
 
-func ncclSend(src devptr, n, dtype, peer int, c ncclComm, s cuStream) error {
-	return ncclCheck("ncclSend", C.k_ncclSend(C.ulonglong(src), C.size_t(n), C.int(dtype), C.int(peer), c, C.kmoe_stream(s)), c)
+func Send(src cu.Ptr, n, dtype, peer int, c Comm, s cu.Stream) error {
+	return check("ncclSend", C.k_ncclSend(C.ulonglong(src), C.size_t(n), C.int(dtype), C.int(peer), c, C.kmoe_stream(unsafe.Pointer(s))), c)
 }
 
-func ncclRecv(dst devptr, n, dtype, peer int, c ncclComm, s cuStream) error {
-	return ncclCheck("ncclRecv", C.k_ncclRecv(C.ulonglong(dst), C.size_t(n), C.int(dtype), C.int(peer), c, C.kmoe_stream(s)), c)
+func Recv(dst cu.Ptr, n, dtype, peer int, c Comm, s cu.Stream) error {
+	return check("ncclRecv", C.k_ncclRecv(C.ulonglong(dst), C.size_t(n), C.int(dtype), C.int(peer), c, C.kmoe_stream(unsafe.Pointer(s))), c)
 }
 
-func ncclGroupStart() error { return ncclCheck("ncclGroupStart", C.k_ncclGroupStart(), nil) }
-func ncclGroupEnd() error   { return ncclCheck("ncclGroupEnd", C.k_ncclGroupEnd(), nil) }
+func GroupStart() error { return check("ncclGroupStart", C.k_ncclGroupStart(), nil) }
+func GroupEnd() error   { return check("ncclGroupEnd", C.k_ncclGroupEnd(), nil) }
+
+var lib = dl.Library{Name: "NCCL", Env: "KIMIMOE_LIBNCCL", Load: load, Missing: ErrNoNCCL,
+	Defaults: func() []string { return []string{"libnccl.so.2", "libnccl.so"} }}
+
+// Load opens NCCL ($KIMIMOE_LIBNCCL, else libnccl.so.2), once per process.
+func Load() error { return lib.Open() }
+
+// Loaded reports whether this process has loaded NCCL.
+func Loaded() bool { return lib.Loaded() }

@@ -1,0 +1,125 @@
+package cuda
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"unicode"
+
+	"kimimoe/activation"
+)
+
+// The ABI header: abi.go's constants and argument structs written as C,
+// prepended to the kernels (KernelProgram).
+
+// cName is a struct's C name: quantizeXArgs -> QuantizeXArgs.
+func cName(t reflect.Type) string {
+	n := []rune(t.Name())
+	n[0] = unicode.ToUpper(n[0])
+	return string(n)
+}
+
+// snake maps a Go field name to C: NEntries -> n_entries, W31S -> w31s.
+func snake(s string) string {
+	var b strings.Builder
+	r := []rune(s)
+	for i, c := range r {
+		if unicode.IsUpper(c) && i > 0 && (unicode.IsLower(r[i-1]) || i+1 < len(r) && unicode.IsLower(r[i+1]) && unicode.IsUpper(r[i-1])) {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToLower(c))
+	}
+	return b.String()
+}
+
+func cField(f reflect.StructField) string {
+	if n := f.Tag.Get("cname"); n != "" {
+		return n
+	}
+	return snake(f.Name)
+}
+
+// cStruct renders t as a C struct with a static_assert on its size, taken
+// from Go's layout.
+func cStruct(t reflect.Type) string {
+	var b strings.Builder
+	name := cName(t)
+	fmt.Fprintf(&b, "struct %s {\n", name)
+	var next uintptr
+	ints := false
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Offset != next {
+			panic("cuda: ABI struct " + t.Name() + " has padding before " + f.Name)
+		}
+		next = f.Offset + f.Type.Size()
+		if f.Type.Kind() == reflect.Uint64 && ints {
+			panic("cuda: ABI struct " + t.Name() + ": pointer " + f.Name + " after an int32 field")
+		}
+		ints = ints || f.Type.Kind() == reflect.Int32
+		var ct string
+		switch f.Type.Kind() {
+		case reflect.Uint64:
+			ct = f.Tag.Get("c")
+			if !strings.HasSuffix(ct, "*") {
+				panic("cuda: ABI field " + t.Name() + "." + f.Name + " is a devptr without a c:\"T*\" tag")
+			}
+		case reflect.Int32:
+			ct = "int"
+		default:
+			panic("cuda: ABI field " + t.Name() + "." + f.Name + " has unsupported type " + f.Type.String())
+		}
+		fmt.Fprintf(&b, "    %s %s;\n", ct, cField(f))
+	}
+	b.WriteString("};\n")
+	fmt.Fprintf(&b, "static_assert(sizeof(%s) == %d, \"%s: Go and CUDA disagree on the size\");\n", name, t.Size(), name)
+	return b.String()
+}
+
+// abiHeader is the C text prepended to the kernels.
+func abiHeader() string {
+	var b strings.Builder
+	b.WriteString("// Generated from backend/cuda/abi.go: the kernel ABI. Do not edit.\n")
+	b.WriteString("typedef unsigned char u8;\ntypedef unsigned short u16;\ntypedef unsigned int u32;\n")
+	for _, d := range []struct {
+		name string
+		v    int
+	}{
+		{"THREADS", abiThreads}, {"STAGE_K", abiStageK}, {"GEMM1_FEATURES", abiGemm1Features},
+		{"GEMM2_ROWS", abiGemm2Rows}, {"TILE_SMALL", abiTileSmall}, {"TILE_LARGE", abiTileLarge},
+		{"FINALIZE_COLS", abiFinalizeCols}, {"PARAM_STRIDE", abiParamStride},
+		{"RECIPE_FLOOR", int(abiRecipeFloor)}, {"RECIPE_RCEIL", int(abiRecipeRCeil)},
+		{"CHAIN_MXFP8", int(abiChainMXFP8)}, {"CHAIN_FLASHINFER", int(abiChainFlashInfer)},
+		{"FORM_QUANTIZED", int(abiFormQuantized)}, {"FORM_FLOAT", int(abiFormFloat)},
+		{"DECODE_THREADS", abiDecodeThreads},
+		{"WG_TOKENS", abiWGTokens}, {"WG_CHUNK_K", abiWGChunkK}, {"WG_STAGES_128", wgStages[128]}, {"WG_STAGES_256", wgStages[256]},
+		{"WG_SMEM_128", wgSmem(128)}, {"WG_SMEM_256", wgSmem(256)},
+		{"SMEM_ALIGN", abiSmemAlign},
+		{"F4_STAGES_T8", f4Stages[8]}, {"F4_STAGES_T16", f4Stages[16]}, {"F4_STAGES_T32", f4Stages[32]},
+		{"F4_STAGES_T48", f4Stages[48]}, {"F4_STAGES_T64", f4Stages[64]}, {"F4_STAGES_T128", f4Stages[128]}, {"F4_STAGES_T256", f4Stages[256]},
+		{"F4_SMEM_T8", f4Smem(8)}, {"F4_SMEM_T128", f4Smem(128)}, {"F4_SMEM_T256", f4Smem(256)},
+		{"F4_AHEAD_T8", f4Ahead[8]}, {"F4_AHEAD_T16", f4Ahead[16]}, {"F4_AHEAD_T32", f4Ahead[32]},
+		{"F4_AHEAD_T48", f4Ahead[48]}, {"F4_AHEAD_T64", f4Ahead[64]}, {"F4_AHEAD_T128", f4Ahead[128]}, {"F4_AHEAD_T256", f4Ahead[256]},
+		{"F4S_WIN_K_T8", f4sWinK[8]}, {"F4S_WIN_K_T16", f4sWinK[16]}, {"F4S_AHEAD_T8", f4sAhead[8]}, {"F4S_AHEAD_T16", f4sAhead[16]},
+		{"F4S_BLOCKS_T8", f4sBlocks[8]}, {"F4S_BLOCKS_T16", f4sBlocks[16]},
+		{"F4S_DEEP2_AHEAD", f4sDeep2.ahead}, {"F4S_DEEP2_BLOCKS", f4sDeep2.blocks},
+		{"F4S_SMEM_T8", f4sSmem(8)}, {"F4S_SMEM_T16", f4sSmem(16)},
+		{"F4_CHUNK_BYTES", f4ChunkBytes}, {"F4_CHUNK_SCALES", f4ChunkScales}, {"F4_TILE_MAX", abiF4TileMax},
+		{"F4_FIT_TILE_MAX", f4FitTiles[len(f4FitTiles)-1]}, {"F4_FIT_PIPE", f4FitPipe}, {"F4_FIT_PIPE_AHEAD", f4FitPipeAhead}, {"F4_PIPE_MIN_T", f4PipeMinTokens},
+	} {
+		fmt.Fprintf(&b, "#define KMOE_%s %d\n", d.name, d.v)
+	}
+	for i, p := range abiParams {
+		fmt.Fprintf(&b, "#define KMOE_PARAM_%s %d\n", p.name, i)
+	}
+	for _, k := range activation.Kinds() {
+		fmt.Fprintf(&b, "#define KMOE_ACT_%s %d\n", strings.ToUpper(k.String()), activationCode(k))
+	}
+	for _, t := range []reflect.Type{kQuantizeX.args, kRouteCount.args, kRouteScatter.args, kGemm1Small.args, kGemm2Small.args, kFinalize.args,
+		kDecPrologue.args, kDecGemm1[1].args, kDecGemm2[1].args, kTestWiden4.args, kXBF16.args, kRouteXBF16.args, kWGGemm1[128].args, kWGGemm2[128].args, kGatherRows.args, kAddRows.args,
+		kF4Gemm1[8].args, kF4Gemm2[8].args, kTestF4Widen.args, kL2Flush.args, kTestDivParam.args, kActRequant.args} {
+		b.WriteString(cStruct(t))
+	}
+	b.WriteString("// End of the generated ABI.\n")
+	return b.String()
+}

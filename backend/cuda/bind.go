@@ -1,0 +1,162 @@
+//go:build cgo
+
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+
+	"kimimoe/backend/cuda/internal/cu"
+)
+
+// kernel is an entry point bound to its ABI argument type.
+type kernel[A any] struct{ fn cu.Function }
+
+func (k kernel[A]) launch(grid [3]int, s cu.Stream, args *A) error {
+	return cu.Launch(k.fn, grid, abiThreads, 0, s, args)
+}
+
+func (k kernel[A]) launchWith(grid [3]int, block, smem int, s cu.Stream, args *A) error {
+	return cu.Launch(k.fn, grid, block, smem, s, args)
+}
+
+// launchPDL is launchWith with programmatic dependent launch: for kernels
+// that execute pdl_wait (kernels/ptx.cuh) before reading what the kernel
+// ahead of them in the stream writes.
+func (k kernel[A]) launchPDL(grid [3]int, block, smem int, s cu.Stream, args *A) error {
+	return cu.LaunchPDL(k.fn, grid, block, smem, s, args)
+}
+
+// launchMaybePDL is launchPDL where pdl, else launchWith.
+func (k kernel[A]) launchMaybePDL(pdl bool, grid [3]int, block, smem int, s cu.Stream, args *A) error {
+	if pdl {
+		return k.launchPDL(grid, block, smem, s, args)
+	}
+	return k.launchWith(grid, block, smem, s, args)
+}
+
+// bind looks up spec in m as a kernel taking A; A must be spec's type.
+func bind[A any](m cu.Module, spec kernelSpec) (kernel[A], error) {
+	if reflect.TypeFor[A]() != spec.args {
+		panic(fmt.Sprintf("cuda: %s takes %v, bound as %v", spec.name, spec.args, reflect.TypeFor[A]()))
+	}
+	f, err := cu.ModuleGetFunction(m, spec.name)
+	return kernel[A]{f}, err
+}
+
+// bindAll binds the instances of one kernel (specs, by their template
+// value) and, with smem, lets each use smem(value) bytes of dynamic shared
+// memory.
+func bindAll[A any](m cu.Module, specs map[int]kernelSpec, smem func(int) int) (map[int]kernel[A], error) {
+	out := map[int]kernel[A]{}
+	var errs []error
+	for v, spec := range specs {
+		var k kernel[A]
+		var err error
+		if smem != nil {
+			k, err = bindSmem[A](m, spec, smem(v))
+		} else {
+			k, err = bind[A](m, spec)
+		}
+		errs = append(errs, err)
+		out[v] = k
+	}
+	return out, errors.Join(errs...)
+}
+
+// bindSmem binds spec and lets it use smem bytes of dynamic shared memory.
+func bindSmem[A any](m cu.Module, spec kernelSpec, smem int) (kernel[A], error) {
+	k, err := bind[A](m, spec)
+	if err == nil {
+		err = cu.FuncSetMaxDynamicSmem(k.fn, smem)
+	}
+	return k, err
+}
+
+// kernels are the module's entry points, typed.
+type kernels struct {
+	quantizeX    kernel[quantizeXArgs]
+	routeCount   kernel[routeCountArgs]
+	routeScatter kernel[routeScatterArgs]
+	gemm1        map[int]kernel[gemm1Args] // by token tile
+	gemm2        map[int]kernel[gemm2Args]
+	finalize     kernel[finalizeArgs]
+	decPrologue  kernel[decodePrologueArgs]
+	decGemm1     map[int]kernel[decodeGemm1Args] // by token subtiles
+	decGemm2     map[int]kernel[decodeGemm2Args]
+	gatherRows   kernel[gatherRowsArgs]
+	addRows      kernel[addRowsArgs]
+	xBF16        kernel[xBF16Args]
+	routeXBF16   kernel[routeXBF16Args]
+	routeXMany   kernel[routeXBF16Args]
+	wgGemm1      map[int]kernel[wgGemm1Args] // by weight rows per tile
+	wgGemm2      map[int]kernel[wgGemm2Args]
+	f4Gemm1      map[int]kernel[f4Gemm1Args] // by token tile
+	f4Gemm2      map[int]kernel[f4Gemm2Args]
+	f4FitGemm1   map[int]kernel[f4Gemm1Args] // the wgmma loop at the tile's N, by token tile (f4FitTiles)
+	f4FitGemm2   map[int]kernel[f4Gemm2Args]
+	f4sGemm1     map[int]kernel[f4Gemm1Args] // the small tiles' barrier-free loop, by token tile
+	f4sGemm2     map[int]kernel[f4Gemm2Args]
+	f4sGemm2Deep kernel[f4Gemm2Args]    // its GEMM2 at 8 tokens for small grids (f4sDeep2)
+	actRequant   kernel[actRequantArgs] // GEMM1's epilogue on its own (Plan.ActKernel)
+}
+
+func loadKernels(m cu.Module) (*kernels, error) {
+	k := &kernels{gemm1: map[int]kernel[gemm1Args]{}, gemm2: map[int]kernel[gemm2Args]{}}
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
+	var err error
+	k.quantizeX, err = bind[quantizeXArgs](m, kQuantizeX)
+	add(err)
+	k.routeCount, err = bind[routeCountArgs](m, kRouteCount)
+	add(err)
+	k.routeScatter, err = bind[routeScatterArgs](m, kRouteScatter)
+	add(err)
+	for tt, specs := range map[int][2]kernelSpec{abiTileSmall: {kGemm1Small, kGemm2Small}, abiTileLarge: {kGemm1Large, kGemm2Large}} {
+		g1, err := bind[gemm1Args](m, specs[0])
+		add(err)
+		g2, err := bind[gemm2Args](m, specs[1])
+		add(err)
+		k.gemm1[tt], k.gemm2[tt] = g1, g2
+	}
+	k.finalize, err = bind[finalizeArgs](m, kFinalize)
+	add(err)
+	k.decPrologue, err = bind[decodePrologueArgs](m, kDecPrologue)
+	add(err)
+	k.decGemm1, err = bindAll[decodeGemm1Args](m, kDecGemm1, nil)
+	add(err)
+	k.decGemm2, err = bindAll[decodeGemm2Args](m, kDecGemm2, nil)
+	add(err)
+	k.gatherRows, err = bind[gatherRowsArgs](m, kGatherRows)
+	add(err)
+	k.addRows, err = bind[addRowsArgs](m, kAddRows)
+	add(err)
+	k.xBF16, err = bind[xBF16Args](m, kXBF16)
+	add(err)
+	k.routeXBF16, err = bind[routeXBF16Args](m, kRouteXBF16)
+	add(err)
+	k.routeXMany, err = bind[routeXBF16Args](m, kRouteXMany)
+	add(err)
+	k.wgGemm1, err = bindAll[wgGemm1Args](m, kWGGemm1, wgSmem)
+	add(err)
+	k.wgGemm2, err = bindAll[wgGemm2Args](m, kWGGemm2, wgSmem)
+	add(err)
+	k.f4Gemm1, err = bindAll[f4Gemm1Args](m, kF4Gemm1, f4Smem)
+	add(err)
+	k.f4Gemm2, err = bindAll[f4Gemm2Args](m, kF4Gemm2, f4Smem)
+	add(err)
+	k.f4FitGemm1, err = bindAll[f4Gemm1Args](m, kF4FitGemm1, f4Smem)
+	add(err)
+	k.f4FitGemm2, err = bindAll[f4Gemm2Args](m, kF4FitGemm2, f4Smem)
+	add(err)
+	k.f4sGemm1, err = bindAll[f4Gemm1Args](m, kF4SGemm1, f4sSmem)
+	add(err)
+	k.f4sGemm2, err = bindAll[f4Gemm2Args](m, kF4SGemm2, f4sSmem)
+	add(err)
+	k.f4sGemm2Deep, err = bindSmem[f4Gemm2Args](m, kF4SGemm2Deep, f4sSmem(8))
+	add(err)
+	k.actRequant, err = bind[actRequantArgs](m, kActRequant)
+	add(err)
+	return k, errors.Join(errs...)
+}

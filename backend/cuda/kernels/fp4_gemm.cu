@@ -1,0 +1,211 @@
+// GEMM1's accumulators as they leave the k loop, for kmoe_act_requant:
+// ug[row][f] = {up, gate} of feature f (this thread's) for the tile's
+// tokens 8s + 2t + h below count (acc[s][h] up, acc[s][2 + h] gate, as
+// act_requant_store reads them).
+template <int NS>
+__device__ __forceinline__ void store_up_gate(const float (&acc)[NS][4], int count, int t, float* ug, int row0, int n,
+                                              int f) {
+#pragma unroll
+    for (int s = 0; s < NS; s++) {
+        for (int h = 0; h < 2; h++) {
+            int tok = s * 8 + 2 * t + h;
+            if (tok < count) *(float2*)&ug[2 * ((u64)(row0 + tok) * n + f)] = make_float2(acc[s][h], acc[s][2 + h]);
+        }
+    }
+}
+
+// GEMM1 with the activation and MXFP8 requantization: CTA x takes
+// intermediate features [64x, 64x + 64), warpgroup h the 32 of
+// [64x + 32h, +32) (their up and gate rows: f4Row31), so warp w's
+// accumulator d[4s + i] is, for tokens 8s + 2t + (i & 1), the up (i < 2)
+// and gate (i >= 2) of feature 64x + 8w + l/4: the grouped GEMM1's
+// register layout, whose epilogue (act_requant_store) it shares, writing
+// the intermediate as BF16 for GEMM2. grid.x = N / 64.
+// SYNC: 0 for the wgmma loop, else the mma.sync loop with SYNC steps ahead;
+// FIT: the wgmma loop at the tile's N (f4_k_loop_fit).
+template <int NT, int SYNC, bool FIT = false>
+__device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
+#if defined(WG_ENABLED)
+    extern __shared__ __align__(128) u8 f4_smem_raw[];
+    typedef typename F4SmemOf<NT, SYNC != 0>::T Smem;
+    Smem& s = *(Smem*)(SYNC == 0 ? smem_1k(f4_smem_raw) : f4_smem_raw); // the wgmma loop's swizzled stages
+    __shared__ u32 s_amax[8][NT];
+    pdl_wait(); // the routing and x (the prologue)
+    pdl_trigger();
+    Tile tl;
+    if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, a.perm, a.top_k, s.src, &tl)) return;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float acc[NT / 2];
+    u64 group = (u64)tl.expert * (a.n / 32) + blockIdx.x * 2 + (threadIdx.x >> 7); // this warpgroup's 64 rows
+    f4_tile_mma<NT, SYNC, FIT>(acc, s, a.xbf, a.k, a.w, a.ws, group, InputWait{nullptr, 0, 0}, tl.count); // waited above
+    if (a.ug != nullptr) { // the activation and requantization in kmoe_act_requant
+        store_up_gate<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), tl.count, lane & 3, a.ug, tl.row0, a.n,
+                              blockIdx.x * 64 + warp * 8 + (lane >> 2));
+        if (a.ready != nullptr) tile_signal(a.ready + blockIdx.y); // kmoe_act_requant by tile waits for it
+        return;
+    }
+    const float* p = a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE;
+    act_requant_store<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), (tl.count + 7) / 8, tl.count, s_amax, warp,
+                              (warp >> 2) * 4, p, a.kind, a.chain, a.recipe, lane >> 2, lane & 3, nullptr, nullptr,
+                              nullptr, tl.row0, a.n, blockIdx.x * 64 + warp * 8, false, a.aqbf);
+    if (a.ready != nullptr) tile_signal(a.ready + blockIdx.y);
+#endif
+}
+
+// GEMM2: y[row, f] for the tile's tokens and output features [128x,
+// 128x + 128), warpgroup h the 64 of [128x + 64h, +64). grid.x = K / 128.
+// SYNC: 0 for the wgmma loop, else the mma.sync loop with SYNC steps ahead;
+// FIT: the wgmma loop at the tile's N (f4_k_loop_fit).
+template <int NT, int SYNC, bool FIT = false>
+__device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
+#if defined(WG_ENABLED)
+    extern __shared__ __align__(128) u8 f4_smem_raw[];
+    typedef typename F4SmemOf<NT, SYNC != 0>::T Smem;
+    Smem& s = *(Smem*)(SYNC == 0 ? smem_1k(f4_smem_raw) : f4_smem_raw); // the wgmma loop's swizzled stages
+    // Launched while GEMM1 runs (launchPDL), after every GEMM1 CTA has
+    // passed its pdl_wait: the routing is complete, GEMM1's intermediate
+    // is waited for in the k loop, after the first weights are loaded.
+    pdl_trigger();
+    Tile tl;
+    if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, nullptr, 0, s.src, &tl)) return;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float acc[NT / 2];
+    u64 group = (u64)tl.expert * (a.k / 64) + blockIdx.x * 2 + (threadIdx.x >> 7); // this warpgroup's 64 rows
+    f4_tile_mma<NT, SYNC, FIT>(acc, s, a.aqbf, a.n, a.w, a.ws, group,
+                          InputWait{a.ready, (int)blockIdx.y, a.ready_target}, tl.count);
+    int f = blockIdx.x * 128 + warp * 16 + (lane >> 2);
+#pragma unroll
+    for (int i = 0; i < NT / 2; i++) {
+        int tok = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+        if (tok < tl.count) a.y[(u64)(tl.row0 + tok) * a.k + f + 8 * ((i >> 1) & 1)] = acc[i];
+    }
+#endif
+}
+
+// Registers: NT/2 accumulators, one A buffer (16; two in the fitted
+// 64-token instance), 2 f4_tile_ahead() x 5 loaded words. More CTAs an SM
+// pay more than the registers cost (docs/PERF.md): four at NT = 8 (64
+// registers), three at 16, 32 and 48 (85), two at 64, one at 128 and 256
+// (A double-buffered: f4_pipe).
+static_assert(KMOE_F4_TILE_MAX == 256, "the instances below");
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 4) kmoe_f4_gemm1_act_t8(const F4Gemm1Args a) { f4_gemm1_act<8, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_t16(const F4Gemm1Args a) { f4_gemm1_act<16, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_t32(const F4Gemm1Args a) { f4_gemm1_act<32, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_t48(const F4Gemm1Args a) { f4_gemm1_act<48, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm1_act_t64(const F4Gemm1Args a) { f4_gemm1_act<64, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm1_act_t128(const F4Gemm1Args a) { f4_gemm1_act<128, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm1_act_t256(const F4Gemm1Args a) { f4_gemm1_act<256, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 4) kmoe_f4_gemm2_t8(const F4Gemm2Args a) { f4_gemm2<8, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t16(const F4Gemm2Args a) { f4_gemm2<16, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t32(const F4Gemm2Args a) { f4_gemm2<32, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t48(const F4Gemm2Args a) { f4_gemm2<48, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm2_t64(const F4Gemm2Args a) { f4_gemm2<64, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm2_t128(const F4Gemm2Args a) { f4_gemm2<128, 0>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm2_t256(const F4Gemm2Args a) { f4_gemm2<256, 0>(a); }
+// The wgmma loop at the tile's N (f4FitTiles; taken up to f4FitMaxM tokens).
+static_assert(KMOE_F4_FIT_TILE_MAX == 64, "the instances below");
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_fit_t32(const F4Gemm1Args a) { f4_gemm1_act<32, 0, true>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_fit_t48(const F4Gemm1Args a) { f4_gemm1_act<48, 0, true>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm1_act_fit_t64(const F4Gemm1Args a) { f4_gemm1_act<64, 0, true>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_fit_t32(const F4Gemm2Args a) { f4_gemm2<32, 0, true>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_fit_t48(const F4Gemm2Args a) { f4_gemm2<48, 0, true>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm2_fit_t64(const F4Gemm2Args a) { f4_gemm2<64, 0, true>(a); }
+// The mma.sync loop's instances (f4sTiles; steps ahead and CTAs an SM from
+// f4sAhead and f4sBlocks in abi.go), and GEMM2's 8-token variant for grids
+// that fill under two CTAs an SM (f4sDeep2): more weights in flight a
+// thread, more registers, fewer CTAs an SM.
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_BLOCKS_T8) kmoe_f4s_gemm1_act_t8(const F4Gemm1Args a) { f4_gemm1_act<8, KMOE_F4S_AHEAD_T8>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_BLOCKS_T16) kmoe_f4s_gemm1_act_t16(const F4Gemm1Args a) { f4_gemm1_act<16, KMOE_F4S_AHEAD_T16>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_BLOCKS_T8) kmoe_f4s_gemm2_t8(const F4Gemm2Args a) { f4_gemm2<8, KMOE_F4S_AHEAD_T8>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_BLOCKS_T16) kmoe_f4s_gemm2_t16(const F4Gemm2Args a) { f4_gemm2<16, KMOE_F4S_AHEAD_T16>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_DEEP2_BLOCKS) kmoe_f4s_gemm2_t8_deep(const F4Gemm2Args a) { f4_gemm2<8, KMOE_F4S_DEEP2_AHEAD>(a); }
+
+// The GEMM1 epilogue as a kernel of its own (the wgmma-fp4 path where
+// f4ActKernel in gpu.go takes it): GEMM1 stores each routed row's up and
+// gate in float32 (store_up_gate), and here each 32-feature block of a row
+// gets the activation and the MXFP8 requantization and is written as the
+// BF16 intermediate: act_requant_store's functions in its order, so the
+// same bits. In GEMM1 the epilogue holds the CTA's SM slot while its
+// exact activation chains run, two CTAs an SM; apart, GEMM1 saves more
+// than this kernel costs (docs/PERF.md).
+// Four 32-feature blocks a warp at a time, eight lanes a block and four
+// features a lane (their up and gate: two 16-byte loads), so each lane's
+// four activation chains are independent and the block's scale costs a
+// lane three shuffles and a vote (block_scale_lanes8) for four elements.
+// Fewer instructions a block than a block a warp and an element a lane
+// (warp_quantize_e4m3), the same bits (TestF4ActKernel); eight features a lane was no faster. Block b =
+// 4 (warp + i nwarps) + lane / 8, in 32-bit arithmetic: at most 2^32
+// blocks (the host's bound is entries x N / 32); with the index in 64
+// bits (a 64-bit division for the row) the kernel took longer.
+//
+// Blocks b0 .. b0 + 3 (below total), a warp: lane l the block b0 + l / 8.
+// Parameters of expert e, or (e < 0) of the row's expert where they
+// differ by expert.
+template <int KIND>
+__device__ __forceinline__ void act_requant_blocks4(const ActRequantArgs& a, u32 b0, u32 total, int e_row) {
+    const u32 nb = (u32)a.n / 32;
+    const int lane = threadIdx.x & 31, j = lane & 7;
+    const bool chain_fi = a.chain == KMOE_CHAIN_FLASHINFER;
+    const int rcp = chain_fi ? KMOE_RECIPE_RCEIL : a.recipe;
+    const float4* ug = (const float4*)a.ug; // block b's feature 4j + i: {up, gate} at float2 32 b + 4j + i
+    const u32 b = b0 + (lane >> 3);
+    const bool live = b < total; // a dead lane's zeros stay in its own block's shuffles
+    float4 v0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v1 = v0;
+    int e = e_row < 0 ? 0 : e_row;
+    if (live) {
+        v0 = ug[(u64)b * 16 + 2 * j];
+        v1 = ug[(u64)b * 16 + 2 * j + 1];
+        if (e_row < 0 && a.n_params != 1) e = expert_of(a.offset, a.e_local, (int)(b / nb)); // the row's parameters
+    }
+    const float* p = a.params + e * KMOE_PARAM_STRIDE;
+    const float act[4] = {chain_act<KIND>(a.kind, p, v0.y, v0.x, chain_fi), chain_act<KIND>(a.kind, p, v0.w, v0.z, chain_fi),
+                          chain_act<KIND>(a.kind, p, v1.y, v1.x, chain_fi), chain_act<KIND>(a.kind, p, v1.w, v1.z, chain_fi)};
+    const uint2 h = mxfp8_bf16_lanes8(act, rcp, lane);
+    if (live) *(uint2*)&a.aqbf[((u64)b * 32 + 4 * j) * 2] = h;
+}
+
+// Over the grid: warp w's blocks 4 (w + i nwarps) of the routed rows.
+// rows: offset[e_local] of the routing.
+template <int KIND>
+__device__ __forceinline__ void act_requant_rows(const ActRequantArgs& a, int rows) {
+    const u32 total = (u32)rows * ((u32)a.n / 32), nwarps = gridDim.x * (blockDim.x >> 5);
+    for (u32 b0 = 4 * (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)); b0 < total; b0 += 4 * nwarps)
+        act_requant_blocks4<KIND>(a, b0, total, -1);
+}
+
+// By tile (a.done set; grid (TT, tiles)): CTA (r, t) takes row r of the
+// routing's tile t once GEMM1's CTAs of that tile (a.ready_target, the
+// host's count of GEMM1's grid columns) have stored it
+// (tile_wait on a.ready), and counts itself in done[t] (tile_signal, also
+// past the tile's rows, so GEMM2 waits for TT), so GEMM1's last tiles run
+// beside this kernel's first and GEMM2's tiles start as theirs are done.
+// No deadlock, as for GEMM2's wait (tile_signal): this kernel is launched
+// once every GEMM1 CTA has triggered it, GEMM2 once every CTA of this one
+// has. The same blocks, values and stores as over the grid.
+template <int KIND>
+__device__ __forceinline__ void act_requant_tile(const ActRequantArgs& a) {
+    Tile tl;
+    if (!block_find_tile(a.offset, a.tile_base, a.e_local, a.tt, &tl)) return;
+    tile_wait(a.ready + blockIdx.y, a.ready_target);
+    if ((int)blockIdx.x < tl.count) {
+        const u32 nb = (u32)a.n / 32, row = (u32)(tl.row0 + (int)blockIdx.x), end = (row + 1) * nb;
+        const int e = a.n_params == 1 ? 0 : tl.expert;
+        for (u32 b0 = row * nb + 4 * (threadIdx.x >> 5); b0 < end; b0 += 4 * (blockDim.x >> 5))
+            act_requant_blocks4<KIND>(a, b0, end, e);
+    }
+    tile_signal(a.done + blockIdx.y);
+}
+
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_act_requant(const ActRequantArgs a) {
+    if (a.done != nullptr) { // by tile: GEMM1's tiles waited for one at a time
+        pdl_trigger(); // GEMM2's CTAs wait for their tiles' counts
+        if (a.kind == KMOE_ACT_SITU) act_requant_tile<KMOE_ACT_SITU>(a);
+        else act_requant_tile<-1>(a);
+        return;
+    }
+    pdl_wait();    // GEMM1's up and gate
+    pdl_trigger(); // GEMM2's CTAs may take SMs as this kernel's leave them; they wait for all of it
+    int rows = a.offset[a.e_local];
+    if (a.kind == KMOE_ACT_SITU) act_requant_rows<KMOE_ACT_SITU>(a, rows); // Kimi-K3's, as in GEMM1
+    else act_requant_rows<-1>(a, rows);
+}

@@ -1,0 +1,300 @@
+//go:build cgo
+
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"kimimoe/backend"
+	"kimimoe/backend/cuda/internal/cu"
+	"kimimoe/moe"
+)
+
+// Layer is a prepared layer on the device. Its methods may be called from
+// several goroutines: every device call holds the backend's lock.
+type Layer struct {
+	b         *Backend
+	w         *moe.Weights
+	spec      moe.LayerSpec
+	numGlobal int
+	epRank    int
+	params    devptr // the activation's parameters (packParams)
+	mx        mxWeights
+	dec       decodeWeights
+	wg        wgWeights
+	f4        f4Weights
+	tune      Tuning
+	ws        map[int]*workspace // per token count, at most MaxWorkspaces
+	uses      uint64             // forwards so far, for the LRU order
+	closed    bool
+}
+
+// mxWeights are FC1 and FC2 as given (MXFP4 codes and E8M0 scales), which
+// the mma.sync grouped GEMMs read.
+type mxWeights struct{ w31, w31s, w2, w2s devptr }
+
+// decodeWeights are FC1 and FC2 in the decode path's tiles (decode_layout.go).
+type decodeWeights struct{ w31, w31s, w2, w2s devptr }
+
+// wgWeights are FC1 and FC2 as BF16 in the wgmma operand's swizzled form
+// (wg_layout.go); w31 == 0 where the path is not available, and whyNot
+// says why.
+type wgWeights struct {
+	w31, w2 devptr
+	rows    [2]int // weight rows a tile, GEMM1 and GEMM2
+	whyNot  string
+}
+
+// f4Weights are FC1 and FC2 for the wgmma-fp4 GEMMs (f4_layout.go);
+// w31 == 0 where the path is not available, and whyNot says why.
+type f4Weights struct {
+	w31, w31s, w2, w2s devptr
+	whyNot             string
+}
+
+func (wg *wgWeights) ptrs() []*devptr    { return []*devptr{&wg.w31, &wg.w2} }
+func (f4 *f4Weights) ptrs() []*devptr    { return []*devptr{&f4.w31, &f4.w31s, &f4.w2, &f4.w2s} }
+func (mx *mxWeights) ptrs() []*devptr    { return []*devptr{&mx.w31, &mx.w31s, &mx.w2, &mx.w2s} }
+func (d *decodeWeights) ptrs() []*devptr { return []*devptr{&d.w31, &d.w31s, &d.w2, &d.w2s} }
+
+// Prepare implements backend.Backend: it checks the request and copies the
+// weights and activation parameters to the device, in the form of every
+// path the device and shape allow. The layer runs the launch policy; a
+// Tuning (SetTuning) overrides it.
+func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, error) {
+	if w == nil {
+		return nil, fmt.Errorf("%w: Prepare: weights are nil", moe.ErrInput)
+	}
+	if err := b.Capabilities().Check(spec, w, "cuda", backend.GoName); err != nil {
+		return nil, err
+	}
+	if err := spec.Validate(w); err != nil {
+		return nil, err
+	}
+	numGlobal, err := spec.EP.NumGlobal(w.E)
+	if err != nil {
+		return nil, err
+	}
+	// The decode prologue counts experts in shared memory (4 bytes each, in
+	// the 48 KB a kernel gets without opting in to more).
+	if 4*(w.E+1) > 48<<10 {
+		return nil, fmt.Errorf("%w: backend \"cuda\" runs at most %d local experts, have %d; use the %q backend",
+			backend.ErrUnsupported, 48<<10/4-1, w.E, backend.GoName)
+	}
+	l := &Layer{b: b, w: w, spec: spec, numGlobal: numGlobal, ws: map[int]*workspace{}}
+	err = b.locked(func() error {
+		if err := l.uploadWeights(); err != nil {
+			return err
+		}
+		b.layers[l] = true
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// SetTuning replaces the layer's Tuning (the zero Tuning: the launch
+// policy) and frees its workspaces and graphs, made for the old plans. A
+// Tuning that forces a path the layer does not have (fp4-max-m where the
+// wgmma-fp4 weights are not on the device) is an error wrapping
+// backend.ErrUnsupported that says why the path is missing.
+func (l *Layer) SetTuning(t Tuning) error {
+	if err := t.check(); err != nil {
+		return err
+	}
+	return l.b.locked(func() error {
+		if l.closed {
+			return fmt.Errorf("%w: the layer is closed", backend.ErrClosed)
+		}
+		if t.FP4MaxM > 0 && l.f4.w31 == 0 {
+			return fmt.Errorf("%w: the wgmma-fp4 path needs an sm_90 device, K and N multiples of 128 and weight scales up to 2^%d (%s)",
+				backend.ErrUnsupported, f4MaxScale-127, l.f4.whyNot)
+		}
+		if t.WGMMAMinM > 0 && l.wg.w31 == 0 {
+			return fmt.Errorf("%w: the wgmma path needs an sm_90 device and K and N multiples of %d (%s)",
+				backend.ErrUnsupported, abiStageK, l.wg.whyNot)
+		}
+		l.tune = t
+		var errs []error
+		for k, ws := range l.ws {
+			errs = append(errs, ws.free())
+			delete(l.ws, k)
+		}
+		return errors.Join(errs...)
+	})
+}
+
+// Tuning is the layer's current Tuning.
+func (l *Layer) Tuning() Tuning {
+	l.b.mu.Lock()
+	defer l.b.mu.Unlock()
+	return l.tune
+}
+
+// plan is the launch plan of an m-token forward of top-k whose x does
+// (wide) or does not pass BF16's range.
+func (l *Layer) plan(m, topk int, wide bool) Plan {
+	return choosePlan(planShape{m: m, topk: topk, k: l.w.K, n: l.w.N, e: l.w.E, sms: l.b.sms,
+		wg: l.wg.w31 != 0, f4: l.f4.w31 != 0, wgRows: l.wg.rows, wide: wide, tune: l.tune})
+}
+
+// PlanFor is the launch plan of a forward of m tokens of top-k whose x
+// is within BF16's range: what kimimoe bench prints.
+func (l *Layer) PlanFor(m, topk int) Plan {
+	l.b.mu.Lock()
+	defer l.b.mu.Unlock()
+	return l.plan(m, topk, false)
+}
+
+// PathFor names the kernels a forward of m tokens runs (Plan.Path, which
+// does not depend on top-k): an input whose x passes BF16's range
+// (xPastBF16) runs "grouped" where this says one of the two wgmma paths.
+func (l *Layer) PathFor(m int) string { return l.PlanFor(m, 1).Path.String() }
+
+// uploadWeights copies the weights and activation parameters to the
+// device: all or none.
+func (l *Layer) uploadWeights() error {
+	w, spec := l.w, l.spec
+	l.epRank = spec.EP.Normalize().Rank
+	d31, d31s := decodeW31(w)
+	d2, d2s := decodeW2(w)
+	err := l.uploadAll(upload{&l.mx.w31, w.W31}, upload{&l.mx.w31s, w.W31Scale}, upload{&l.mx.w2, w.W2}, upload{&l.mx.w2s, w.W2Scale},
+		upload{&l.params, f32bytes(packParams(spec.Params))},
+		upload{&l.dec.w31, d31}, upload{&l.dec.w31s, d31s}, upload{&l.dec.w2, d2}, upload{&l.dec.w2s, d2s})
+	if err == nil {
+		err = l.uploadWG()
+	}
+	if err == nil {
+		err = l.uploadF4() // uploadAll has waited for each copy
+	}
+	if err != nil {
+		return errors.Join(err, l.free())
+	}
+	return nil
+}
+
+// uploadWG arranges and uploads the weights for the wgmma path where it
+// is available, else records why not.
+func (l *Layer) uploadWG() error {
+	w := l.w
+	switch {
+	case l.b.arch != ArchSM90a:
+		l.wg.whyNot = "the device is " + l.b.arch
+		return nil
+	case wgTileRows(w) == 0:
+		l.wg.whyNot = fmt.Sprintf("K=%d, N=%d", w.K, w.N)
+		return nil
+	}
+	// GEMM1 at 128 rows a tile (two CTAs an SM: one's activation epilogue
+	// runs beside the other's MMAs), GEMM2 at wgTileRows'.
+	l.wg.rows = [2]int{128, wgTileRows(w)}
+	return l.uploadAll(upload{&l.wg.w31, wgW31(w, l.wg.rows[0])}, upload{&l.wg.w2, wgW2(w, l.wg.rows[1])})
+}
+
+// uploadF4 arranges and uploads the weights for the wgmma-fp4 path where
+// it is available, else records why not.
+func (l *Layer) uploadF4() error {
+	w := l.w
+	if l.b.arch != ArchSM90a {
+		l.f4.whyNot = "the device is " + l.b.arch
+		return nil
+	}
+	if l.f4.whyNot = f4Available(w); l.f4.whyNot != "" {
+		return nil
+	}
+	p31, s31 := f4W31(w)
+	p2, s2 := f4W2(w)
+	return l.uploadAll(upload{&l.f4.w31, p31}, upload{&l.f4.w31s, s31}, upload{&l.f4.w2, p2}, upload{&l.f4.w2s, s2})
+}
+
+// upload is a host buffer and the layer field that gets its device copy.
+type upload struct {
+	dst  *devptr
+	data []byte
+}
+
+// uploadAll copies each upload's data to a new device buffer and sets its
+// dst: all or none (on an error the buffers made are freed and no dst is
+// set).
+func (l *Layer) uploadAll(ups ...upload) error {
+	ptrs := make([]devptr, len(ups))
+	for i, up := range ups {
+		p, err := cu.MemAlloc(len(up.data))
+		if err == nil {
+			ptrs[i] = p
+			err = cu.MemcpyHtoD(p, up.data, l.b.stream)
+		}
+		if err == nil {
+			err = cu.StreamSync(l.b.stream) // data must outlive the copy
+		}
+		if err != nil {
+			for _, p := range ptrs {
+				if p != 0 {
+					cu.MemFree(p)
+				}
+			}
+			return err
+		}
+	}
+	for i, up := range ups {
+		*up.dst = ptrs[i]
+	}
+	return nil
+}
+
+func f32bytes(v []float32) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
+}
+
+func i32bytes(v []int32) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v))
+}
+
+// free releases the layer's device memory and zeroes its pointers, so a
+// second call frees nothing twice.
+func (l *Layer) free() error {
+	var errs []error
+	ptrs := append([]*devptr{&l.params}, l.mx.ptrs()...)
+	ptrs = append(append(append(ptrs, l.dec.ptrs()...), l.wg.ptrs()...), l.f4.ptrs()...)
+	for _, p := range ptrs {
+		if *p != 0 {
+			errs = append(errs, cu.MemFree(*p))
+			*p = 0
+		}
+	}
+	for m, ws := range l.ws {
+		errs = append(errs, ws.free())
+		delete(l.ws, m)
+	}
+	l.closed = true
+	return errors.Join(errs...)
+}
+
+// Close frees the layer's device memory and returns any error of doing
+// so. A second Close, or a Close after the backend's (which freed the
+// layer already), returns nil.
+func (l *Layer) Close() error {
+	l.b.mu.Lock()
+	closed := l.closed || l.b.closed
+	l.b.mu.Unlock()
+	if closed {
+		return nil
+	}
+	return l.b.locked(func() error {
+		if l.closed {
+			return nil
+		}
+		delete(l.b.layers, l)
+		return l.free()
+	})
+}

@@ -1,0 +1,36 @@
+//go:build cgo
+
+package cuda
+
+// decodeSteps are the decode path: prologue (quantize or copy x, route),
+// GEMM1 with the activation, GEMM2, finalize.
+func (l *Layer) decodeSteps(ws *workspace, p *Plan) []step {
+	w, b, s := l.w, l.b, l.b.stream
+	m, topk, entries := ws.m, ws.topk, ws.m*ws.topk
+	kp, np := padTo(w.K), padTo(w.N)
+	maxExperts := min(w.E, entries)
+	form := ws.abiForm()
+	quantCTAs := min((m*kp/32+7)/8, 264)
+	ns := p.Subtiles // token subtiles a pass: an expert has at most m tokens
+	return []step{
+		{"prologue", func() error {
+			return b.k.decPrologue.launchWith([3]int{1 + quantCTAs, 1, 1}, abiThreads, 4*(w.E+1), s,
+				&decodePrologueArgs{X: ws.x, XQIn: ws.xq, XSIn: ws.xs, IDs: ws.ids, XQ: ws.xqd, XSF: ws.xsf, Pos: ws.pos,
+					Perm: ws.perm, Offset: ws.offset, Touched: ws.touched, M: i32(m), K: i32(w.K), KPad: i32(kp),
+					TopK: i32(topk), Rank: i32(l.epRank), ELocal: i32(w.E), Recipe: recipeCode(l.spec.Recipe), Form: form})
+		}},
+		{"gemm1_act", func() error {
+			return b.k.decGemm1[ns].launchWith([3]int{w.N / 32, maxExperts, 1}, abiDecodeThreads, 0, s,
+				&decodeGemm1Args{XQ: ws.xqd, XSF: ws.xsf, W: l.dec.w31, WS: l.dec.w31s, Perm: ws.perm, Offset: ws.offset, Touched: ws.touched,
+					Params: l.params, AQ: ws.aq, AQS: ws.aqs, AQSF: ws.aqsf, KPad: i32(kp), N: i32(w.N), NPad: i32(np),
+					TopK: i32(topk), ELocal: i32(w.E), Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)),
+					Chain: chainCode(l.spec.Chain), Recipe: recipeCode(l.spec.Recipe), ZeroRow: i32(m)})
+		}},
+		{"gemm2", func() error {
+			return b.k.decGemm2[ns].launchWith([3]int{(w.K/16 + 3) / 4, maxExperts, 1}, abiDecodeThreads, 0, s,
+				&decodeGemm2Args{AQ: ws.aq, AQSF: ws.aqsf, W: l.dec.w2, WS: l.dec.w2s, Offset: ws.offset, Touched: ws.touched, Y: ws.y,
+					K: i32(w.K), NPad: i32(np), ELocal: i32(w.E), ZeroRow: i32(entries)})
+		}},
+		l.finalizeStep(ws, false),
+	}
+}

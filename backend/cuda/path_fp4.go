@@ -1,0 +1,63 @@
+//go:build cgo
+
+package cuda
+
+// f4Steps are the wgmma-fp4 GEMMs (f4_layout.go): GEMM1 (with the
+// activation in its epilogue, or as kmoe_act_requant after it), then
+// GEMM2, on p.Loop's instances of p.Tile tokens. With p.TileReady GEMM2's
+// CTAs wait for their own tile's producers (tile_wait) rather than for
+// the whole grid ahead; with p.PDL each launch may start before the one
+// ahead of it ends and waits where it reads (pdl_wait).
+func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
+	w, b, s := l.w, l.b, l.b.stream
+	recipe, tt, entries := recipeCode(l.spec.Recipe), p.Tile, ws.m*ws.topk
+	ready, actDone, _ := ws.readyCounts(p)
+	gemm1CTAs := w.N / abiF4RowsGemm1        // GEMM1's CTAs a tile: what a wait on its counts waits for
+	ready2, readyTarget2 := ready, gemm1CTAs // what GEMM2 waits for
+	if p.ActByTile {
+		ready2, readyTarget2 = actDone, tt // a CTA a row of the tile
+	}
+	kernels := func() (g1 kernel[f4Gemm1Args], g2 kernel[f4Gemm2Args], smem int) {
+		k := b.k
+		switch p.Loop {
+		case LoopSync:
+			g1, g2, smem = k.f4sGemm1[tt], k.f4sGemm2[tt], f4sSmem(tt)
+			if p.Deep2 {
+				g2 = k.f4sGemm2Deep
+			}
+		case LoopFitted:
+			g1, g2, smem = k.f4FitGemm1[tt], k.f4FitGemm2[tt], f4Smem(tt)
+		default:
+			g1, g2, smem = k.f4Gemm1[tt], k.f4Gemm2[tt], f4Smem(tt)
+		}
+		return g1, g2, smem
+	}
+	gemm1 = []step{{"gemm1_act", func() error {
+		g1, _, smem := kernels()
+		return g1.launchMaybePDL(p.PDL, [3]int{gemm1CTAs, p.Tiles, 1}, abiThreads, smem, s,
+			&f4Gemm1Args{XBF: ws.xbf, W: l.f4.w31, WS: l.f4.w31s, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
+				Params: l.params, AQBF: ws.aqbf, Ready: ready, UG: ws.ug, K: i32(w.K), N: i32(w.N), TopK: i32(ws.topk), ELocal: i32(w.E),
+				Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
+	}}}
+	if p.ActKernel {
+		gemm1 = append(gemm1, step{"act_requant", func() error {
+			warps := (entries*w.N/32 + 3) / 4 // the routed rows' blocks (an upper bound), four a warp at a time
+			grid := [3]int{min((warps+abiThreads/32-1)/(abiThreads/32), actCTAsSM*b.sms), 1, 1}
+			if p.ActByTile {
+				grid = [3]int{tt, p.Tiles, 1} // a CTA a row of a tile
+			}
+			return b.k.actRequant.launchMaybePDL(p.PDL, grid, abiThreads, 0, s,
+				&actRequantArgs{UG: ws.ug, Offset: ws.offset, Params: l.params, AQBF: ws.aqbf, TileBase: ws.tileBase, Ready: ready,
+					Done: actDone, N: i32(w.N), ELocal: i32(w.E), Kind: activationCode(l.spec.Activation),
+					NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe, TT: i32(tt),
+					ReadyTarget: i32(gemm1CTAs)})
+		}})
+	}
+	gemm2 = []step{{"gemm2", func() error {
+		_, g2, smem := kernels()
+		return g2.launchMaybePDL(p.PDL, [3]int{w.K / abiF4RowsGemm2, p.Tiles, 1}, abiThreads, smem, s,
+			&f4Gemm2Args{AQBF: ws.aqbf, W: l.f4.w2, WS: l.f4.w2s, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
+				Ready: ready2, N: i32(w.N), K: i32(w.K), ELocal: i32(w.E), ReadyTarget: i32(readyTarget2)})
+	}}}
+	return gemm1, gemm2
+}

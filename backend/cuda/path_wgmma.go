@@ -1,0 +1,24 @@
+//go:build cgo
+
+package cuda
+
+// wgSteps are the wgmma GEMMs on BF16 weights (wg_layout.go): GEMM1 with
+// the activation in its epilogue, then GEMM2, at p.WGRows weight rows a
+// tile.
+func (l *Layer) wgSteps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
+	w, b, s := l.w, l.b, l.b.stream
+	recipe := recipeCode(l.spec.Recipe)
+	bn1, bn2 := p.WGRows[0], p.WGRows[1]
+	gemm1 = []step{{"gemm1_act", func() error {
+		return b.k.wgGemm1[bn1].launchWith([3]int{w.N / (bn1 / 2), p.Tiles, 1}, abiThreads, wgSmem(bn1), s,
+			&wgGemm1Args{XBF: ws.xbf, W: l.wg.w31, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
+				Params: l.params, AQBF: ws.aqbf, K: i32(w.K), N: i32(w.N), TopK: i32(ws.topk), ELocal: i32(w.E),
+				Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
+	}}}
+	gemm2 = []step{{"gemm2", func() error {
+		return b.k.wgGemm2[bn2].launchWith([3]int{w.K / bn2, p.Tiles, 1}, abiThreads, wgSmem(bn2), s,
+			&wgGemm2Args{AQBF: ws.aqbf, W: l.wg.w2, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
+				N: i32(w.N), K: i32(w.K), ELocal: i32(w.E)})
+	}}}
+	return gemm1, gemm2
+}

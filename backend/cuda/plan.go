@@ -1,0 +1,108 @@
+package cuda
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Path is the family of kernels a forward runs.
+type Path int
+
+const (
+	PathDecode  Path = iota // weights streamed, tokens on the MMA's narrow side
+	PathGrouped             // token tiles on the mma.sync grouped GEMMs, MXFP4 weights as given
+	PathWGMMA               // token tiles on the warpgroup MMA, weights stored as BF16
+	PathFP4                 // the same with the MXFP4 weights widened to BF16 in registers
+)
+
+func (p Path) String() string {
+	return [...]string{"decode", "grouped", "wgmma", "wgmma-fp4"}[p]
+}
+
+// Loop is the wgmma-fp4 GEMMs' k-loop.
+type Loop int
+
+const (
+	LoopWGMMA  Loop = iota // wgmma at the tile's N
+	LoopFitted             // wgmma at the tile's tokens rounded up to 8
+	LoopSync               // the small tiles' barrier-free mma.sync loop
+)
+
+func (l Loop) String() string {
+	return [...]string{"wgmma loop", "fitted wgmma loop", "mma.sync loop"}[l]
+}
+
+// Prologue is how a grouped forward prepares x and routes the entries.
+type Prologue int
+
+const (
+	PrologueQuantize Prologue = iota // memset, quantize_x (float x only), route_count, route_scatter
+	PrologueBF16                     // memset, x_bf16, route_count, route_scatter
+	PrologueOneCTA                   // route_x_bf16: one launch, one routing CTA (up to abiRouteCTAMax entries)
+	PrologueMany                     // route_x_many: one launch, a routing CTA an expert
+)
+
+func (p Prologue) steps() []string {
+	switch p {
+	case PrologueBF16:
+		return []string{"memset", "x_bf16", "route_count", "route_scatter"}
+	case PrologueOneCTA:
+		return []string{"route_x_bf16"}
+	case PrologueMany:
+		return []string{"route_x_many"}
+	}
+	return []string{"memset", "quantize_x", "route_count", "route_scatter"}
+}
+
+// Plan is the launch plan of one forward: chosen once per (layer, M, x's
+// range) by choosePlan from the shape, the device and the layer's Tuning,
+// and executed as it is (steps.go); nothing re-decides it.
+type Plan struct {
+	M, TopK   int
+	Path      Path
+	Wide      bool     // x passes BF16's range: the mma.sync GEMMs where the shape picks a BF16 path
+	Tile      int      // tokens a tile (0 on decode)
+	Tiles     int      // the grouped GEMMs' grid rows: the most tiles any routing makes
+	Subtiles  int      // decode: 8-token subtiles a pass
+	WGRows    [2]int   // wgmma: GEMM1's and GEMM2's weight rows a tile
+	Loop      Loop     // wgmma-fp4: the k-loop
+	Deep2     bool     // wgmma-fp4: GEMM2's deep 8-token variant
+	PDL       bool     // wgmma-fp4: programmatic dependent launch
+	ActKernel bool     // wgmma-fp4: the activation as a kernel of its own
+	ActByTile bool     // ... by tile, beside GEMM1's last tiles
+	TileReady bool     // wgmma-fp4: GEMM2 waits for its tile's producers, not all of them
+	Prologue  Prologue // grouped paths
+	Steps     []string // the launches, in order (Profile's names)
+}
+
+// String describes the plan in one line, as kimimoe bench prints it.
+func (p Plan) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "M=%d %s", p.M, p.Path)
+	if p.Wide {
+		b.WriteString(" (x past BF16's range)")
+	}
+	switch p.Path {
+	case PathDecode:
+		fmt.Fprintf(&b, ", %d subtile(s)", p.Subtiles)
+	case PathWGMMA:
+		fmt.Fprintf(&b, ", tile %d, rows %d/%d", p.Tile, p.WGRows[0], p.WGRows[1])
+	case PathGrouped:
+		fmt.Fprintf(&b, ", tile %d", p.Tile)
+	case PathFP4:
+		fmt.Fprintf(&b, ", tile %d, %s", p.Tile, p.Loop)
+		for _, f := range []struct {
+			on   bool
+			what string
+		}{{p.Deep2, "deep GEMM2"}, {p.PDL, "PDL"}, {p.TileReady, "tile-ready"}, {p.ActByTile, "activation by tile"}} {
+			if f.on {
+				b.WriteString(", " + f.what)
+			}
+		}
+	}
+	if p.Tiles > 0 {
+		fmt.Fprintf(&b, ", %d tile rows", p.Tiles)
+	}
+	b.WriteString(": " + strings.Join(p.Steps, " > "))
+	return b.String()
+}

@@ -1,0 +1,224 @@
+package cuda
+
+import (
+	"math"
+	"slices"
+)
+
+// The launch policy: every threshold that decides which kernels a forward
+// runs, and choosePlan, which applies them once per (layer, M). The
+// numbers are where the neighbouring choices measured even on the H200
+// (docs/PERF.md); a Tuning overrides each one to measure it again.
+
+// decodeMaxM is the largest token count on the decode path (for shapes
+// the grouped path runs; K or N not a multiple of abiStageK always take
+// it): up to there every SM streaming a slice of the weights beats tiles
+// of tokens, which have too few tokens to share a weight load.
+const decodeMaxM = 24
+
+// wgMinM is the smallest token count whose grouped forward runs the wgmma
+// GEMMs on BF16 weights. Below it the mma.sync GEMMs, which read the
+// weights as MXFP4 (a quarter of the BF16 bytes), are faster while the
+// weight bytes dominate; from here the wgmma's rate does.
+const wgMinM = 192
+
+// The wgmma-fp4 GEMMs, reading a quarter of the BF16 weight bytes and
+// staging tokens as the wgmma GEMMs do, were the faster at every M
+// measured, so they take every M where they are available (before the
+// decode path).
+const f4MaxMDefault = math.MaxInt32
+
+// tileTokens is the mma.sync GEMMs' token tile: 64 (two CTAs an SM) up to
+// 512 tokens, 128 (each weight load reused by twice the tokens) above.
+func tileTokens(m int) int {
+	if m <= 512 {
+		return abiTileSmall
+	}
+	return abiTileLarge
+}
+
+// f4TileTokens is the wgmma-fp4 GEMMs' token tile (the wgmma's N) for m
+// tokens: the smallest that holds about one expert's tokens at the most
+// CTAs an SM (with the bench's routing an expert gets about 0.29 M
+// tokens; 48 tokens run three CTAs an SM where 64's run two).
+func f4TileTokens(m int) int {
+	switch {
+	case m <= 24:
+		return 8
+	case m <= f4SyncMaxM:
+		return 16
+	case m <= 88:
+		return 32
+	case m <= 144:
+		return 48
+	case m < f4T128MinM:
+		return 64
+	}
+	return 128
+}
+
+// f4T128MinM is the fewest tokens on the 128-token tile (one CTA an SM),
+// where a weight's widening serves twice the 64-token tile's tokens; the
+// two measured even at 1024. The 256-token tile was slower than 128 at
+// every M measured, so only a Tuning takes it.
+const f4T128MinM = 1025
+
+// f4SyncMaxM is the most tokens on the small tiles (f4sTiles), whose
+// GEMMs run the barrier-free mma.sync loop.
+const f4SyncMaxM = 36
+
+// f4FitMaxMDefault is the most tokens on the fitted instances (wgmma at
+// the tile's tokens rounded up to 8): they won at 512, lost at 1024.
+const f4FitMaxMDefault = 512
+
+// f4sDeepMaxM is the most tokens on GEMM2's deep 8-token variant: at M=1
+// its grid fills under two CTAs an SM, and only deeper streams keep the
+// memory busy; from M=2 the grid is large enough without it.
+const f4sDeepMaxM = 1
+
+// f4TileReadyMinM is the fewest tokens whose wgmma-fp4 GEMM2 waits for
+// its own tile's GEMM1 CTAs (tile_wait) instead of the whole GEMM1 grid,
+// so that it starts in GEMM1's last wave; at M=1 GEMM1 is one wave.
+const f4TileReadyMinM = 2
+
+// f4ActMinMDefault and f4ActMaxMDefault bound the token counts whose
+// GEMM1 activation and requantization run as a kernel of their own
+// (kmoe_act_requant): taking the activation's straight-line code out of
+// GEMM1 pays from the 48-token tiles up and costs more below. Its input,
+// GEMM1's float32 up and gate, takes 8 bytes an entry and feature (3.2 GB
+// at M=8192, top-16, Kimi shape): the upper bound keeps it bounded.
+// actCTAsSM bounds its grid, CTAs an SM.
+const (
+	f4ActMinMDefault = 89
+	f4ActMaxMDefault = 8192
+	actCTAsSM        = 8
+)
+
+// actByTileMaxMDefault is the most tokens whose activation kernel runs by
+// tile (a CTA a row of a routing tile, beside GEMM1's last tiles): it pays
+// while a wave of tiles is short; with many tiles the waits cost more.
+const actByTileMaxMDefault = 192
+
+// routeManyMaxMDefault is the most tokens whose prologue, above
+// abiRouteCTAMax entries, is the one launch of kmoe_route_x_many rather
+// than four; three launch gaps fewer was faster up to 512 tokens and no
+// slower above, so it takes every M.
+const routeManyMaxMDefault = 8192
+
+// planShape is what a plan is chosen from: the forward's shape, what the
+// layer has on the device, and the tuning.
+type planShape struct {
+	m, topk, k, n, e int
+	sms              int
+	wg, f4           bool   // the wgmma and wgmma-fp4 weights are on the device
+	wgRows           [2]int // the wgmma GEMMs' weight rows a tile
+	wide             bool   // x passes BF16's range (xPastBF16)
+	tune             Tuning
+}
+
+// or is v where set (non-zero), else def; -1 maps to never (below every M).
+func or(v, def int) int {
+	switch v {
+	case 0:
+		return def
+	case -1:
+		return 0
+	}
+	return v
+}
+
+// choosePlan is the launch policy: it decides every launch of the forward.
+func choosePlan(s planShape) Plan {
+	t := s.tune
+	p := Plan{M: s.m, TopK: s.topk}
+	entries := s.m * s.topk
+	decodeMax := decodeMaxM
+	if t.DecodeMaxM != 0 {
+		decodeMax = t.DecodeMaxM // -1: never where the shape allows the grouped path
+	}
+	switch {
+	case s.f4 && s.m <= or(t.FP4MaxM, f4MaxMDefault):
+		p.Path = PathFP4
+	case s.m <= decodeMax || s.k%abiStageK != 0 || s.n%abiStageK != 0:
+		p.Path = PathDecode
+	case s.wg && !t.NoWGMMA && s.m >= or(t.WGMMAMinM, wgMinM):
+		p.Path = PathWGMMA
+	default:
+		p.Path = PathGrouped
+	}
+	if s.wide && (p.Path == PathWGMMA || p.Path == PathFP4) {
+		p.Path, p.Wide = PathGrouped, true
+	}
+	switch p.Path {
+	case PathDecode:
+		p.Subtiles = 4
+		if s.m <= 8 {
+			p.Subtiles = 1
+		} else if s.m <= 16 {
+			p.Subtiles = 2
+		}
+		p.Steps = []string{"prologue", "gemm1_act", "gemm2", "finalize"}
+		return p
+	case PathGrouped:
+		p.Tile = tileTokens(s.m)
+	case PathWGMMA:
+		p.Tile, p.WGRows = abiWGTokens, s.wgRows
+	case PathFP4:
+		p.Tile = f4TileTokens(s.m)
+		if t.FP4Tile != 0 {
+			p.Tile = t.FP4Tile
+		}
+		p.Loop = LoopWGMMA
+		if s.m <= or(t.FP4FitMaxM, f4FitMaxMDefault) && slices.Contains(f4FitTiles, p.Tile) {
+			p.Loop = LoopFitted
+		}
+		if !t.NoFP4Sync && slices.Contains(f4sTiles, p.Tile) && f4sAddressable(p.Tile, s.m*s.k, entries*s.n) {
+			p.Loop = LoopSync
+			p.Deep2 = p.Tile == 8 && s.m <= f4sDeepMaxM
+		}
+		p.PDL = !t.NoPDL
+		p.ActKernel = s.m >= or(t.FP4ActMinM, f4ActMinMDefault) && s.m <= or(t.FP4ActMaxM, f4ActMaxMDefault)
+		p.TileReady = s.m >= f4TileReadyMinM && !t.NoTileReady
+		p.ActByTile = p.ActKernel && p.TileReady && s.m <= or(t.ActByTileMaxM, actByTileMaxMDefault)
+		if p.ActKernel && !p.ActByTile {
+			p.TileReady = false // GEMM2 waits for all of the activation kernel
+		}
+	}
+	p.Tiles = maxTiles(entries, s.e, p.Tile)
+	bf16 := p.Path == PathWGMMA || p.Path == PathFP4
+	switch {
+	case bf16 && entries <= abiRouteCTAMax:
+		p.Prologue = PrologueOneCTA
+	case bf16 && s.m <= or(t.RouteManyMaxM, routeManyMaxMDefault):
+		p.Prologue = PrologueMany
+	case bf16:
+		p.Prologue = PrologueBF16
+	default:
+		p.Prologue = PrologueQuantize
+	}
+	p.Steps = append(p.Prologue.steps(), "gemm1_act")
+	if p.ActKernel {
+		p.Steps = append(p.Steps, "act_requant")
+	}
+	p.Steps = append(p.Steps, "gemm2", "finalize")
+	return p
+}
+
+// f4sAddressable reports whether the mma.sync loop's tile tt can address
+// the token rows of both GEMMs, x [m, K] and the intermediate [entries, N]
+// as BF16 (elements each). The 8-token tile finds a row's 16-byte pieces
+// by a 32-bit count of 16-byte units (F4sPieces in the kernels), so each
+// buffer must be under 64 GiB; past that (about 700,000 tokens at the
+// Kimi shape, reached only with the tile forced) it runs the wgmma loop,
+// with the same bits. The 16-token tile addresses rows in 64 bits.
+func f4sAddressable(tt int, elems ...int) bool {
+	if tt != 8 {
+		return true
+	}
+	for _, n := range elems {
+		if 2*uint64(n) >= 1<<36 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,195 @@
+//go:build cgo
+
+package cuda
+
+import (
+	"errors"
+	"fmt"
+
+	"kimimoe/backend"
+	"kimimoe/backend/cuda/internal/cu"
+	"kimimoe/moe"
+)
+
+// MaxWorkspaces bounds the per-token-count workspaces (device buffers and
+// graphs) a layer keeps; the least recently used is freed beyond it. A
+// serving loop uses a handful of batch sizes (and kimimoe bench at most
+// this many); a sweep over more M stays bounded at this many.
+const MaxWorkspaces = 16
+
+// Input forms, which decide whether the forward quantizes x: a graph is
+// captured per form.
+const (
+	formQuantized = iota // x given as MXFP8 (Input.XQ)
+	formFloat            // x given as float32, quantized on the device
+)
+
+// workspace holds the device buffers of forwards with M tokens, and the
+// graphs captured for them (one per input form).
+type workspace struct {
+	m, topk                  int
+	x, xq, xs                devptr
+	ids, wts, pos, perm      devptr
+	counts, offset, tileBase devptr
+	aq, aqs, y, out          devptr
+	xqd, xsf, touched, aqsf  devptr      // the decode path's padded x, float scales, touched experts, float aq scales
+	xbf, aqbf                devptr      // the wgmma path's BF16 x and intermediate (0 without it)
+	ready                    devptr      // the wgmma-fp4 GEMMs' per-tile counts (tile_signal), entries + E of them
+	ug                       devptr      // GEMM1's float32 up and gate for kmoe_act_requant (0 where no plan runs the activation kernel)
+	plans                    [2]Plan     // the launch plans, by wide
+	form                     int         // of the input uploaded last
+	wide                     bool        // its MXFP8 values pass BF16's range (xPastBF16)
+	graph                    [4]cu.Graph // by graphKey
+	graphX                   [4]cu.GraphExec
+	bufs                     []devptr
+	lastUse                  uint64
+}
+
+// plan is the launch plan of the input uploaded last.
+func (ws *workspace) plan() *Plan {
+	if ws.wide {
+		return &ws.plans[1]
+	}
+	return &ws.plans[0]
+}
+
+// graphKey picks the graph for the input uploaded last: one per input
+// form, and per whether its x takes the BF16 GEMMs (wide).
+func (ws *workspace) graphKey() int {
+	if ws.wide {
+		return ws.form + 2
+	}
+	return ws.form
+}
+
+func (ws *workspace) free() error {
+	var errs []error
+	for f := range ws.graphX {
+		if ws.graphX[f] != nil {
+			errs = append(errs, cu.GraphExecDestroy(ws.graphX[f]), cu.GraphDestroy(ws.graph[f]))
+			ws.graphX[f], ws.graph[f] = nil, nil
+		}
+	}
+	for _, p := range ws.bufs {
+		errs = append(errs, cu.MemFree(p))
+	}
+	ws.bufs = nil
+	return errors.Join(errs...)
+}
+
+// workspace returns the buffers for m tokens of top-k, making them (and
+// evicting the least recently used beyond MaxWorkspaces) if needed.
+func (l *Layer) workspace(m, topk int) (*workspace, error) {
+	l.uses++
+	if ws := l.ws[m]; ws != nil && ws.topk == topk {
+		ws.lastUse = l.uses
+		return ws, nil
+	} else if ws != nil {
+		delete(l.ws, m)
+		if err := ws.free(); err != nil {
+			return nil, err
+		}
+	}
+	for len(l.ws) >= MaxWorkspaces {
+		oldest := -1
+		for m, ws := range l.ws {
+			if oldest < 0 || ws.lastUse < l.ws[oldest].lastUse {
+				oldest = m
+			}
+		}
+		ws := l.ws[oldest]
+		delete(l.ws, oldest)
+		if err := ws.free(); err != nil {
+			return nil, err
+		}
+	}
+	w := l.w
+	ws := &workspace{m: m, topk: topk, lastUse: l.uses, plans: [2]Plan{l.plan(m, topk, false), l.plan(m, topk, true)}}
+	kp, np := padTo(w.K), padTo(w.N)
+	entries := m * topk
+	type buf struct {
+		p *devptr
+		n int
+	}
+	bufs := []buf{
+		{&ws.x, 4 * m * w.K}, {&ws.xq, m * w.K}, {&ws.xs, m * w.K / 32},
+		{&ws.ids, 4 * entries}, {&ws.wts, 4 * entries}, {&ws.pos, 4 * entries}, {&ws.perm, 4 * entries},
+		{&ws.counts, 4 * w.E}, {&ws.offset, 4 * (w.E + 1)}, {&ws.tileBase, 4 * (w.E + 1)},
+		{&ws.aq, (entries + 1) * np}, {&ws.aqs, entries * np / 32}, {&ws.y, 4 * entries * w.K}, {&ws.out, 4 * m * w.K},
+		// The decode path's buffers, each with one more row, all zeros.
+		{&ws.xqd, (m + 1) * kp}, {&ws.xsf, 4 * (m + 1) * kp / 32}, {&ws.touched, 4 * (w.E + 1)}, {&ws.aqsf, 4 * (entries + 1) * np / 32},
+	}
+	if l.wg.w31 != 0 || l.f4.w31 != 0 { // the BF16 paths' x and intermediate
+		bufs = append(bufs, buf{&ws.xbf, 2 * m * w.K}, buf{&ws.aqbf, 2 * entries * w.N})
+	}
+	if l.f4.w31 != 0 { // at most one tile an entry, and one partial tile an expert
+		bufs = append(bufs, buf{&ws.ready, 4 * 2 * (entries + w.E)}) // two counts a tile at most (actByTile)
+	}
+	if ws.plans[0].ActKernel {
+		bufs = append(bufs, buf{&ws.ug, 8 * entries * w.N})
+	}
+	for _, a := range bufs {
+		p, err := cu.MemAlloc(a.n)
+		if err != nil {
+			return nil, errors.Join(err, ws.free())
+		}
+		*a.p = p
+		ws.bufs = append(ws.bufs, p)
+	}
+	// The decode path's padding columns of the intermediate stay zero codes
+	// with scale 1.0 (GEMM1 writes only the real features); its zero rows
+	// (x: row m, intermediate: row entries) are zero codes with scale 0.
+	s := l.b.stream
+	err := cu.MemsetD32(ws.aq, 0, (entries+1)*np/4, s)
+	if err == nil {
+		err = cu.MemsetD32(ws.aqsf, 0x3f800000, entries*np/32, s)
+	}
+	if err == nil {
+		err = cu.MemsetD32(ws.aqsf+uint64(4*entries*np/32), 0, np/32, s)
+	}
+	if err == nil {
+		err = cu.MemsetD32(ws.xqd+uint64(m*kp), 0, kp/4, s)
+	}
+	if err == nil {
+		err = cu.MemsetD32(ws.xsf+uint64(4*m*kp/32), 0, kp/32, s)
+	}
+	if err != nil {
+		return nil, errors.Join(err, ws.free())
+	}
+	l.ws[m] = ws
+	return ws, nil
+}
+
+// upload validates in and copies it to the workspace for in.M, recording
+// its input form.
+func (l *Layer) upload(in *moe.Input) (*workspace, error) {
+	if l.closed {
+		return nil, fmt.Errorf("%w: the layer is closed", backend.ErrClosed)
+	}
+	if err := in.Validate(l.w.K, l.numGlobal); err != nil {
+		return nil, err
+	}
+	ws, err := l.workspace(in.M, in.TopK)
+	if err != nil {
+		return nil, err
+	}
+	s := l.b.stream
+	// Only the BF16 paths need to know whether x passes BF16's range.
+	bf16 := ws.plans[0].Path == PathWGMMA || ws.plans[0].Path == PathFP4
+	ws.form, ws.wide = formQuantized, bf16 && xPastBF16(in, l.spec.Recipe)
+	if in.X != nil {
+		ws.form = formFloat
+		err = cu.MemcpyHtoD(ws.x, f32bytes(in.X), s)
+	} else {
+		if err = cu.MemcpyHtoD(ws.xq, in.XQ.Codes, s); err == nil {
+			err = cu.MemcpyHtoD(ws.xs, in.XQ.Scales, s)
+		}
+	}
+	if err == nil {
+		err = cu.MemcpyHtoD(ws.ids, i32bytes(in.TopKIDs), s)
+	}
+	if err == nil {
+		err = cu.MemcpyHtoD(ws.wts, f32bytes(in.TopKWeights), s)
+	}
+	return ws, err
+}

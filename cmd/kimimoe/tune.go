@@ -1,0 +1,29 @@
+package main
+
+import (
+	"kimimoe/backend"
+	"kimimoe/backend/cuda"
+)
+
+// addTuneFlag adds --tune, the launch policy's overrides (cuda.Tuning).
+func addTuneFlag(fs *flagSet) *string {
+	return fs.String("tune", "", "cuda: override the launch policy, key=value,... (to measure what it chose between); keys:\n"+cuda.TuningHelp())
+}
+
+// openTuned opens backend name with the --tune value tune given to every
+// layer it prepares; a bad value, or one for a backend with no launch
+// policy, is a usage error.
+func openTuned(name, tune string) (backend.Backend, cuda.Tuning, error) {
+	t, err := cuda.ParseTuning(tune)
+	if err != nil {
+		return nil, t, asUsage(err)
+	}
+	if t != (cuda.Tuning{}) && name != "cuda" {
+		return nil, t, usagef("--tune: backend %q has no launch policy; only cuda does", name)
+	}
+	b, err := backend.Open(name)
+	if err != nil {
+		return nil, t, err
+	}
+	return cuda.WithTuning(b, t), t, nil
+}
