@@ -278,6 +278,14 @@ func runBench(args []string) error {
 		fmt.Fprintf(out, "%6d %8d %8.1f %10.4f %10.4f %10.4f %9.0f %9.1f %9.4f %8.2f  %s\n",
 			r.M, r.Experts, float64(r.Bytes)/1e6, r.MedianMS, r.MinMS, r.MaxMS, r.GBps, r.TFLOPs, r.FloorMS, r.RatioToFloor, r.Path)
 	}
+	if tuning != (cuda.Tuning{}) {
+		fmt.Fprintf(out, "launch policy overridden: --tune %s\n", tuning)
+	}
+	for _, r := range rows {
+		if r.Plan != "" {
+			fmt.Fprintf(out, "plan %s\n", r.Plan)
+		}
+	}
 	if prof, ok := layer.(interface {
 		Profile(m int) (map[string]float64, error)
 	}); ok && *profile {
