@@ -57,6 +57,7 @@ var hypotheses = []hypothesis{
 	{"chain_exact", "the exact chain: no requantization of the intermediate", chain(moe.ChainExact)},
 	{"chain_mxfp8", "the mxfp8 chain: float64 intermediate requantized to MXFP8 with the layer's recipe", chain(moe.ChainMXFP8)},
 	{"chain_flashinfer", "the flashinfer chain: bf16 GEMM1 result and activation, MXFP8 rceil, bf16 GEMM2 rows summed in float32", chain(moe.ChainFlashInfer)},
+	{"chain_bf16", "the bf16 chain (W4A16): x as BF16, float32 GEMMs, bf16 intermediate, bf16 weighted rows summed in float32", chain(moe.ChainBF16)},
 	{"activation_params", "the activation's parameters wrong: swapped, left at another model's defaults, or a clamp missing", activationParams},
 	{"activation_kind", "another activation run in its place (FlashInfer #4597: the SM90 path ran the wrong activation for SiTU)", activationKind},
 	{"routing_weights_unnormalized", "top-k weights not renormalized to sum 1, or renormalized when they should not be", routingUnnormalized},

@@ -170,6 +170,11 @@ func TestDiagnoseRanksTheMistakeFirst(t *testing.T) {
 			d.Spec.Chain = moe.ChainFlashInfer
 			return d
 		}},
+		{"chain_bf16", moe.ChainMXFP8, 1, 0, func(c *validation.Case) *validation.Case {
+			d := copyCase(c)
+			d.Spec.Chain = moe.ChainBF16
+			return d
+		}},
 		{"activation_params", moe.ChainMXFP8, 1, 0, func(c *validation.Case) *validation.Case {
 			d := copyCase(c)
 			d.Spec.Params = []activation.Params{activation.DefaultParams()}

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"kimimoe/activation"
+	"kimimoe/moe"
+	"kimimoe/mxfp"
 	"kimimoe/safetensors"
 	"kimimoe/validation"
 )
@@ -172,9 +174,27 @@ func Compare(c *validation.Case, got []float32, d safetensors.DType, opts Option
 	r := &Report{DType: string(d), Checked: describe(c), N: len(ref), MinCosine: opts.MinCosine, MaxNRMSE: opts.MaxNRMSE,
 		RTol: opts.RTol, ATol: opts.ATol, opts: opts, got: validation.Widen(got), dt: d}
 	r.Notes = append(r.Notes, fmt.Sprintf("the oracle's output was rounded once to %s (nearest even) before comparing", d))
+	if n := notBF16(c); n > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("the bf16 chain takes x as BF16: %d of the case's %d x values are not BF16 values and were rounded to nearest even", n, m*k))
+	}
 	r.measure(ref, m, k)
 	r.Checked.Scale = rms(ref)
 	return r, nil
+}
+
+// notBF16 counts the float x values of a bf16-chain case that BF16 does
+// not hold (0 on the other chains and for an MXFP8 x).
+func notBF16(c *validation.Case) int {
+	if c.Spec.Chain != moe.ChainBF16 {
+		return 0
+	}
+	n := 0
+	for _, v := range c.Input.X {
+		if mxfp.RoundBF16(v) != v && v == v {
+			n++
+		}
+	}
+	return n
 }
 
 func rms(v []float64) float64 {

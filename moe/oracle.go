@@ -226,9 +226,17 @@ func (o *Oracle) Forward(out []float64, in *Input, rows []int) error {
 		return fmt.Errorf("%w: out has %d values, want [%d, %d]", ErrInput, len(out), len(rows), w.K)
 	}
 
-	// Quantize (or decode) x for the chosen rows.
-	xs := make([]qrow, len(rows))
-	parallel.For(len(rows), func(i int) {
+	// The bf16 chain takes x as BF16 (an MXFP8 x decoded first); the others
+	// quantize (or decode) it to MXFP8.
+	var xs []qrow
+	var xb [][]float64
+	if o.spec.Chain == ChainBF16 {
+		xb = make([][]float64, len(rows))
+		parallel.For(len(rows), func(i int) { xb[i] = bf16Row(in, rows[i], w.K) })
+	} else {
+		xs = make([]qrow, len(rows))
+	}
+	parallel.For(len(xs), func(i int) {
 		xs[i] = newQRow(w.K)
 		t := rows[i]
 		if in.XQ != nil {
@@ -272,12 +280,20 @@ func (o *Oracle) Forward(out []float64, in *Input, rows []int) error {
 	}
 	parallel.For(len(tasks), func(i int) {
 		tk := tasks[i]
+		if xb != nil {
+			o.expertForwardBF16(tk.e, tk.pairs, xb, y)
+			return
+		}
 		o.expertForward(tk.e, tk.pairs, xs, y)
 	})
 
 	// Sum slots in slot order.
-	if o.spec.Chain == ChainFlashInfer {
+	switch o.spec.Chain {
+	case ChainFlashInfer:
 		o.finalizeFlashInfer(out, in, rows, y)
+		return nil
+	case ChainBF16:
+		o.finalizeBF16(out, in, rows, y)
 		return nil
 	}
 	for i, t := range rows {
@@ -419,5 +435,100 @@ func flashInferActivation(dst []float32, kind activation.Kind, p *activation.Par
 			v = activation.Eval32(kind, p, bf(i), 0)
 		}
 		dst[i] = mxfp.RoundBF16(v)
+	}
+}
+
+// bf16Row is x's row t as the bf16 chain takes it: float32 x rounded to
+// BF16 (to nearest, ties to even; a BF16 or F16 x in a case file is
+// already one), an MXFP8 x decoded exactly and then rounded the same way.
+func bf16Row(in *Input, t, k int) []float64 {
+	row := make([]float64, k)
+	if in.XQ != nil {
+		c, sc := in.XQ.Row(t)
+		for i, code := range c {
+			v := float64(mxfp.DecodeE4M3(code)) * float64(mxfp.DecodeE8M0(sc[i/32]))
+			row[i] = float64(mxfp.RoundBF16(float32(v)))
+		}
+		return row
+	}
+	for i, v := range in.X[t*k : (t+1)*k] {
+		row[i] = float64(mxfp.RoundBF16(v))
+	}
+	return row
+}
+
+// expertForwardBF16 is the bf16 chain (W4A16) of expert e for pairs: each
+// GEMM's exact products summed in float64 and rounded once to float32
+// (the tensor cores' accumulator), the FC1 bias added in float32, the
+// activation in float32 rounded to BF16 (the intermediate these kernels
+// store), GEMM2 likewise plus the FC2 bias in float32; y[tok][slot] holds
+// that float32 row.
+func (o *Oracle) expertForwardBF16(e int, pairs []pair, xb [][]float64, y [][][]float64) {
+	w := o.w
+	r, n, k := w.Rows(), w.N, w.K
+	var b1, b2 []float32
+	if w.W31Bias != nil {
+		b1 = w.W31Bias[e*r : (e+1)*r]
+	}
+	if w.W2Bias != nil {
+		b2 = w.W2Bias[e*k : (e+1)*k]
+	}
+	w31 := o.w31[e*r*k : (e+1)*r*k]
+	s31 := w.W31Scale[e*r*k/32 : (e+1)*r*k/32]
+	w2 := o.w2[e*k*n : (e+1)*k*n]
+	s2 := w.W2Scale[e*k*n/32 : (e+1)*k*n/32]
+	params := o.spec.ParamsFor(e)
+	kind := o.spec.Activation
+	h := make([]float32, r)
+	a := make([]float64, n)
+	for _, pr := range pairs {
+		x := xb[pr.tok]
+		for row := range r {
+			h[row] = float32(dotRowFloat(w31[row*k:(row+1)*k], s31[row*k/32:(row+1)*k/32], x))
+			if b1 != nil {
+				h[row] = float32(h[row] + b1[row])
+			}
+		}
+		for i := range n {
+			var v float32
+			if kind.IsGated() {
+				v = activation.Eval32(kind, params, h[n+i], h[i])
+			} else {
+				v = activation.Eval32(kind, params, h[i], 0)
+			}
+			a[i] = float64(mxfp.RoundBF16(v))
+		}
+		out := y[pr.tok][pr.slot]
+		for row := range k {
+			v := float32(dotRowFloat(w2[row*n:(row+1)*n], s2[row*n/32:(row+1)*n/32], a))
+			if b2 != nil {
+				v = float32(v + b2[row])
+			}
+			out[row] = float64(v)
+		}
+	}
+}
+
+// finalizeBF16 is the bf16 chain's top-k sum: each slot's row stored as
+// BF16 after the float32 product with its routing weight (one BF16 row per
+// (token, slot), as triton_kernels' and Marlin's kernels write before the
+// reduction), summed in float32 in slot order from 0.
+func (o *Oracle) finalizeBF16(out []float64, in *Input, rows []int, y [][][]float64) {
+	k := o.w.K
+	acc := make([]float32, k)
+	for i, t := range rows {
+		clear(acc)
+		for s := range in.TopK {
+			if y[i][s] == nil {
+				continue
+			}
+			wt := in.TopKWeights[t*in.TopK+s]
+			for j, v := range y[i][s] {
+				acc[j] = float32(acc[j] + mxfp.RoundBF16(float32(wt*float32(v))))
+			}
+		}
+		for j, v := range acc {
+			out[i*k+j] = float64(v)
+		}
 	}
 }

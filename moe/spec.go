@@ -20,6 +20,7 @@ var ErrInput = errors.New("moe: bad input")
 //	exact       exact             float64                float64, not requantized    exact, float64
 //	mxfp8       exact             float64                MXFP8 (the layer's recipe)  exact, float64
 //	flashinfer  rounded to bf16   float32, rounded bf16  MXFP8 rceil                 bf16 rows, float32 sum
+//	bf16        rounded to f32    float32, rounded bf16  bf16 (x bf16, never MXFP8)  f32, w*y as bf16 rows, f32 sum
 //
 // docs/CONTRACT.md says which kernels round where each chain rounds.
 type Chain uint8
@@ -28,10 +29,11 @@ const (
 	ChainExact Chain = iota + 1
 	ChainMXFP8
 	ChainFlashInfer
+	ChainBF16 // W4A16: BF16 activations as Marlin and triton_kernels run them
 )
 
 // Chains lists every chain.
-func Chains() []Chain { return []Chain{ChainExact, ChainMXFP8, ChainFlashInfer} }
+func Chains() []Chain { return []Chain{ChainExact, ChainMXFP8, ChainFlashInfer, ChainBF16} }
 
 func (c Chain) String() string {
 	switch c {
@@ -41,18 +43,20 @@ func (c Chain) String() string {
 		return "mxfp8"
 	case ChainFlashInfer:
 		return "flashinfer"
+	case ChainBF16:
+		return "bf16"
 	}
 	return fmt.Sprintf("Chain(%d)", uint8(c))
 }
 
-// ParseChain accepts exact, mxfp8 and flashinfer.
+// ParseChain accepts exact, mxfp8, flashinfer and bf16.
 func ParseChain(s string) (Chain, error) {
 	for _, c := range Chains() {
 		if c.String() == s {
 			return c, nil
 		}
 	}
-	return 0, fmt.Errorf("moe: unknown chain %q (want exact, mxfp8 or flashinfer)", s)
+	return 0, fmt.Errorf("moe: unknown chain %q (want exact, mxfp8, flashinfer or bf16)", s)
 }
 
 // LayerSpec is everything about a layer except its weights and inputs.
@@ -97,8 +101,8 @@ func (s *LayerSpec) Validate(w *Weights) error {
 			return fmt.Errorf("moe: expert %d: %w", e, err)
 		}
 	}
-	if s.Chain < ChainExact || s.Chain > ChainFlashInfer {
-		return fmt.Errorf("moe: LayerSpec.Chain is %v: not a valid chain (exact, mxfp8 or flashinfer)", s.Chain)
+	if s.Chain < ChainExact || s.Chain > ChainBF16 {
+		return fmt.Errorf("moe: LayerSpec.Chain is %v: not a valid chain (exact, mxfp8, flashinfer or bf16)", s.Chain)
 	}
 	if s.Recipe != mxfp.RecipeFloor && s.Recipe != mxfp.RecipeRCeil {
 		return fmt.Errorf("moe: LayerSpec.Recipe is %v: not a valid recipe (floor or rceil)", s.Recipe)

@@ -365,6 +365,57 @@ def flashinfer_case(out, tag, rng, M, K, N, E_local, topk, ep_size=1, ep_rank=0,
     write_safetensors(f"{out}/flashinfer_{tag}.safetensors", tensors, meta)
 
 
+def bf16_case(out, tag, rng, M, K, N, E_local, topk, ep_size=1, ep_rank=0, mask_slot=False, bias=True):
+    """The bf16 chain (W4A16, as triton_kernels' matmul_ogs and Marlin run
+    it): x in BF16, GEMM1 exact (float64) then float32, + b1 in float32,
+    SiTU in float32 then BF16, GEMM2 exact then float32, + b2 in float32,
+    each slot's float32(w) * y stored as BF16, summed in float32 in slot
+    order."""
+    f, bf = np.float32, ml_dtypes.bfloat16
+    rows, E_glob = 2 * N, E_local * ep_size
+    x = rng.normal(0, 1, size=(M, K)).astype(bf).astype(f)
+    w31 = rng.integers(0, 256, size=(E_local, rows, K // 2), dtype=np.uint8)
+    w31s = rng.integers(121, 126, size=(E_local, rows, K // 32), dtype=np.uint8)
+    w2 = rng.integers(0, 256, size=(E_local, K, N // 2), dtype=np.uint8)
+    w2s = rng.integers(119, 124, size=(E_local, K, N // 32), dtype=np.uint8)
+    b1 = rng.normal(0, 0.5, size=(E_local, rows)).astype(f)
+    b2 = rng.normal(0, 0.5, size=(E_local, K)).astype(f)
+    ids = np.stack([rng.choice(E_glob, size=topk, replace=False) for _ in range(M)]).astype(np.int32)
+    if mask_slot:
+        ids[0, topk - 1] = -1
+    wts = rng.uniform(0.05, 1.0, size=(M, topk)).astype(f)
+    W31, W2 = dq_e2m1_packed(w31, w31s), dq_e2m1_packed(w2, w2s)
+    ref = np.zeros((M, K), f)
+    for t in range(M):
+        for k in range(topk):
+            e = int(ids[t, k]) - ep_rank * E_local
+            if ids[t, k] < 0 or e < 0 or e >= E_local:
+                continue
+            h = (W31[e] @ x[t].astype(np.float64)).astype(f)
+            if bias:
+                h = (h + b1[e]).astype(f)
+            a = f32_situ(h[N:], h[:N], 4.0, 25.0).astype(bf).astype(f)
+            y = (W2[e] @ a.astype(np.float64)).astype(f)
+            if bias:
+                y = (y + b2[e]).astype(f)
+            s_k = (wts[t, k] * y).astype(f).astype(bf).astype(f)
+            ref[t] = (ref[t] + s_k).astype(f)
+    tensors = {"x": x, "topk_ids": ids, "topk_weights": wts, "w31": w31, "w31_scale": w31s,
+               "w2": w2, "w2_scale": w2s, "out_ref_f32": ref}
+    if bias:
+        tensors.update({"w31_bias": b1, "w2_bias": b2})
+    meta = {"activation": "situ", "recipe": "rceil", "chain": "bf16", "ep_size": ep_size,
+            "ep_rank": ep_rank, "situ_beta": 4.0, "situ_linear_beta": 25.0,
+            "made_by": "scripts/gen_testdata.py bf16 (numpy float32 emulation, ml_dtypes bf16)"}
+    write_safetensors(f"{out}/bf16_{tag}.safetensors", tensors, meta)
+
+
+def bf16(out):
+    rng = np.random.default_rng(2880)
+    bf16_case(out, "situ_bias", rng, M=8, K=256, N=64, E_local=4, topk=3, mask_slot=True)
+    bf16_case(out, "situ_ep2", rng, M=6, K=128, N=96, E_local=3, topk=4, ep_size=2, ep_rank=1, bias=False)
+
+
 def flashinfer(out):
     rng = np.random.default_rng(4597)
     flashinfer_case(out, "situ_bias", rng, M=8, K=256, N=64, E_local=4, topk=3, mask_slot=True)
@@ -372,10 +423,10 @@ def flashinfer(out):
 
 
 if __name__ == "__main__":
-    # usage: gen_testdata.py OUTDIR [formats|activations|oracle|flashinfer ...]
+    # usage: gen_testdata.py OUTDIR [formats|activations|oracle|flashinfer|bf16 ...]
     out = sys.argv[1]
-    parts = sys.argv[2:] or ["formats", "activations", "oracle", "flashinfer"]
-    if "formats" in parts or "oracle" in parts or "flashinfer" in parts:
+    parts = sys.argv[2:] or ["formats", "activations", "oracle", "flashinfer", "bf16"]
+    if "formats" in parts or "oracle" in parts or "flashinfer" in parts or "bf16" in parts:
         need_ml_torch()
     for part in parts:
-        {"formats": formats, "activations": activations, "oracle": oracle, "flashinfer": flashinfer}[part](out)
+        {"formats": formats, "activations": activations, "oracle": oracle, "flashinfer": flashinfer, "bf16": bf16}[part](out)

@@ -74,7 +74,7 @@ func runChains(args []string) error {
 				return err
 			}
 		}
-		for _, ch := range []moe.Chain{moe.ChainMXFP8, moe.ChainFlashInfer} {
+		for _, ch := range []moe.Chain{moe.ChainMXFP8, moe.ChainFlashInfer, moe.ChainBF16} {
 			r := validation.Compare(outs[ch], outs[moe.ChainExact])
 			p.done()
 			fmt.Printf("%6d %-11v %-10.6f %-9.4g %.4g\n", m, ch, r.Cosine, r.NRMSE, r.MaxAbs)
