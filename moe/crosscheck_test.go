@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"kimimoe/internal/numpyref"
+	"kimimoe/moe"
 	"kimimoe/validation"
 )
 
@@ -51,6 +52,46 @@ func TestFlashInferChainAgainstNumpy(t *testing.T) {
 		c, err := validation.ReadCase(p)
 		if err != nil {
 			t.Fatal(err)
+		}
+		ref, err := c.Extra["out_ref_f32"].Float32s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := oracleOut(t, c)
+		diff := 0
+		for i := range ref {
+			if float32(out[i]) != ref[i] {
+				diff++
+			}
+		}
+		if diff > 0 {
+			t.Errorf("%s: %d of %d elements differ from numpy's emulation", filepath.Base(p), diff, len(ref))
+		}
+	}
+}
+
+// TestBF16ChainAgainstNumpy runs the oracle's bf16 chain (W4A16) on the
+// cases under ../testdata/ref/bf16_*.safetensors (SiTU with both biases
+// and a -1 slot; EP2 without biases) and compares with their out_ref_f32:
+// an independent numpy emulation of the chain's rounding points (BF16 x,
+// float64 GEMM results rounded to float32, float32 bias adds and SiTU, the
+// BF16 intermediate, each slot's float32 w * y stored as BF16, the float32
+// sum in slot order; scripts/gen_testdata.py bf16, run on the GPU
+// machine). Both sides sum each GEMM row in float64 before the one
+// float32 rounding, in different orders, so they agree bitwise unless a
+// float64 sum lands within its last bits of a float32 rounding boundary.
+func TestBF16ChainAgainstNumpy(t *testing.T) {
+	paths, _ := filepath.Glob("../testdata/ref/bf16_*.safetensors")
+	if len(paths) < 2 {
+		t.Fatalf("found %d bf16 reference cases, want 2", len(paths))
+	}
+	for _, p := range paths {
+		c, err := validation.ReadCase(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Spec.Chain != moe.ChainBF16 {
+			t.Fatalf("%s: chain %v", p, c.Spec.Chain)
 		}
 		ref, err := c.Extra["out_ref_f32"].Float32s()
 		if err != nil {
