@@ -160,8 +160,8 @@ func TestF4SyncTiles(t *testing.T) {
 
 // Each wgmma-fp4 instance's dynamic shared memory (f4Smem: its token
 // stages) fits as many CTAs an SM as its __launch_bounds__ asks for: the
-// 48-token tile runs three (f39), so its stages (f4Stages) are bounded by
-// that, not by one CTA's limit.
+// 48-token tile runs three, so its stages (f4Stages) are bounded by that,
+// not by one CTA's limit.
 func TestF4TileSmemFits(t *testing.T) {
 	inst := regexp.MustCompile(`__launch_bounds__\(KMOE_THREADS, (\d+)\) (kmoe_f4_(?:gemm1_act|gemm2)(?:_fit)?_t(\d+))\(`)
 	seen := map[int]int{}
@@ -189,10 +189,9 @@ func TestF4TileSmemFits(t *testing.T) {
 }
 
 // The activation kernel's default range starts at the first M of the
-// 48-token tiles, where it was measured to pay (f39: M=89 and 96 3.5-4%
-// faster with it; f30: M=96 on 32-token tiles slower with it), and stops
-// at 8192 (f36: 4% faster there; above it GEMM1's epilogue spares the
-// float32 up and gate workspace).
+// 48-token tiles, where it pays (on the 32-token tiles it costs more than
+// it saves), and stops at 8192, above which GEMM1's epilogue spares the
+// float32 up and gate workspace.
 func TestF4ActKernelRange(t *testing.T) {
 	first := 1
 	for f4TileTokens(first) < 48 {
