@@ -44,14 +44,25 @@ func TestOracleAgainstNumpy(t *testing.T) {
 // in the same order on both sides, so they agree bitwise; the float64
 // top-k sum the oracle used before differs by NRMSE ~1e-3.
 func TestFlashInferChainAgainstNumpy(t *testing.T) {
-	paths, _ := filepath.Glob("../testdata/ref/flashinfer_*.safetensors")
+	bitwiseAgainstRef(t, "flashinfer", moe.ChainFlashInfer)
+}
+
+// bitwiseAgainstRef runs the oracle on the cases ../testdata/ref/NAME_*
+// (at least two, on chain) and requires every element to equal their
+// out_ref_f32.
+func bitwiseAgainstRef(t *testing.T, name string, chain moe.Chain) {
+	t.Helper()
+	paths, _ := filepath.Glob("../testdata/ref/" + name + "_*.safetensors")
 	if len(paths) < 2 {
-		t.Fatalf("found %d flashinfer reference cases, want 2", len(paths))
+		t.Fatalf("found %d %s reference cases, want 2", len(paths), name)
 	}
 	for _, p := range paths {
 		c, err := validation.ReadCase(p)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if c.Spec.Chain != chain {
+			t.Fatalf("%s: chain %v, want %v", p, c.Spec.Chain, chain)
 		}
 		ref, err := c.Extra["out_ref_f32"].Float32s()
 		if err != nil {
@@ -80,32 +91,4 @@ func TestFlashInferChainAgainstNumpy(t *testing.T) {
 // machine). Both sides sum each GEMM row in float64 before the one
 // float32 rounding, in different orders, so they agree bitwise unless a
 // float64 sum lands within its last bits of a float32 rounding boundary.
-func TestBF16ChainAgainstNumpy(t *testing.T) {
-	paths, _ := filepath.Glob("../testdata/ref/bf16_*.safetensors")
-	if len(paths) < 2 {
-		t.Fatalf("found %d bf16 reference cases, want 2", len(paths))
-	}
-	for _, p := range paths {
-		c, err := validation.ReadCase(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.Spec.Chain != moe.ChainBF16 {
-			t.Fatalf("%s: chain %v", p, c.Spec.Chain)
-		}
-		ref, err := c.Extra["out_ref_f32"].Float32s()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := oracleOut(t, c)
-		diff := 0
-		for i := range ref {
-			if float32(out[i]) != ref[i] {
-				diff++
-			}
-		}
-		if diff > 0 {
-			t.Errorf("%s: %d of %d elements differ from numpy's emulation", filepath.Base(p), diff, len(ref))
-		}
-	}
-}
+func TestBF16ChainAgainstNumpy(t *testing.T) { bitwiseAgainstRef(t, "bf16", moe.ChainBF16) }

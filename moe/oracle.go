@@ -346,6 +346,29 @@ func (o *Oracle) finalizeFlashInfer(out []float64, in *Input, rows []int, y [][]
 	}
 }
 
+// expertWeights are one expert's decoded weights, scales and biases (nil
+// where the layer has none).
+type expertWeights struct {
+	w31, w2 []int8
+	s31, s2 []uint8
+	b1, b2  []float32
+}
+
+// expert slices expert e's weights out of the layer's.
+func (o *Oracle) expert(e int) expertWeights {
+	w := o.w
+	r, n, k := w.Rows(), w.N, w.K
+	x := expertWeights{w31: o.w31[e*r*k : (e+1)*r*k], s31: w.W31Scale[e*r*k/32 : (e+1)*r*k/32],
+		w2: o.w2[e*k*n : (e+1)*k*n], s2: w.W2Scale[e*k*n/32 : (e+1)*k*n/32]}
+	if w.W31Bias != nil {
+		x.b1 = w.W31Bias[e*r : (e+1)*r]
+	}
+	if w.W2Bias != nil {
+		x.b2 = w.W2Bias[e*k : (e+1)*k]
+	}
+	return x
+}
+
 // expertForward runs GEMM1, the activation and GEMM2 of expert e for pairs,
 // writing y[tok][slot].
 func (o *Oracle) expertForward(e int, pairs []pair, xs []qrow, y [][][]float64) {
@@ -355,15 +378,8 @@ func (o *Oracle) expertForward(e int, pairs []pair, xs []qrow, y [][][]float64) 
 	for p := range pairs {
 		h[p] = make([]float64, r)
 	}
-	var b1, b2 []float32 // this expert's biases, if any
-	if w.W31Bias != nil {
-		b1 = w.W31Bias[e*r : (e+1)*r]
-	}
-	if w.W2Bias != nil {
-		b2 = w.W2Bias[e*k : (e+1)*k]
-	}
-	w31 := o.w31[e*r*k : (e+1)*r*k]
-	s31 := w.W31Scale[e*r*k/32 : (e+1)*r*k/32]
+	ex := o.expert(e)
+	b1, b2, w31, s31, w2, s2 := ex.b1, ex.b2, ex.w31, ex.s31, ex.w2, ex.s2
 	for row := range r {
 		wr, sr := w31[row*k:(row+1)*k], s31[row*k/32:(row+1)*k/32]
 		for p, pr := range pairs {
@@ -385,8 +401,6 @@ func (o *Oracle) expertForward(e int, pairs []pair, xs []qrow, y [][][]float64) 
 	codes := make([]uint8, n)
 	scales := make([]uint8, n/32)
 	a32 := make([]float32, n)
-	w2 := o.w2[e*k*n : (e+1)*k*n]
-	s2 := w.W2Scale[e*k*n/32 : (e+1)*k*n/32]
 	for p, pr := range pairs {
 		switch o.spec.Chain {
 		case ChainExact:
@@ -466,17 +480,8 @@ func bf16Row(in *Input, t, k int) []float64 {
 func (o *Oracle) expertForwardBF16(e int, pairs []pair, xb [][]float64, y [][][]float64) {
 	w := o.w
 	r, n, k := w.Rows(), w.N, w.K
-	var b1, b2 []float32
-	if w.W31Bias != nil {
-		b1 = w.W31Bias[e*r : (e+1)*r]
-	}
-	if w.W2Bias != nil {
-		b2 = w.W2Bias[e*k : (e+1)*k]
-	}
-	w31 := o.w31[e*r*k : (e+1)*r*k]
-	s31 := w.W31Scale[e*r*k/32 : (e+1)*r*k/32]
-	w2 := o.w2[e*k*n : (e+1)*k*n]
-	s2 := w.W2Scale[e*k*n/32 : (e+1)*k*n/32]
+	ex := o.expert(e)
+	b1, b2, w31, s31, w2, s2 := ex.b1, ex.b2, ex.w31, ex.s31, ex.w2, ex.s2
 	params := o.spec.ParamsFor(e)
 	kind := o.spec.Activation
 	h := make([]float32, r)
