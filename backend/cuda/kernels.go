@@ -32,10 +32,11 @@ func compileCached(src, name, arch string, opts []string) ([]byte, error) {
 	if err := cu.LoadNVRTC(); err != nil {
 		return nil, err
 	}
-	ver, err := NVRTCVersion()
+	major, minor, err := cu.NVRTCVersion()
 	if err != nil {
 		return nil, err
 	}
+	ver := fmt.Sprintf("%d.%d", major, minor)
 	dir := cubin.Dir()
 	key := cubin.Key(src, arch, opts, ver)
 	if c := cubin.Get(dir, key); c != nil {

@@ -53,11 +53,14 @@ func (f Flush) String() string {
 	return "L2 flushed by a 256 MB read before each"
 }
 
-// tuningKeys are ParseTuning's keys, in String's order.
-var tuningKeys = []struct {
+// tuningKey is one of ParseTuning's keys and the field it sets.
+type tuningKey struct {
 	key, help string
 	field     func(t *Tuning) any // *int or *bool (set by "off") or *Flush
-}{
+}
+
+// tuningKeys are ParseTuning's keys, in String's order.
+var tuningKeys = []tuningKey{
 	{"decode-max-m", "largest M on the decode path (-1: only where the shape needs it)", func(t *Tuning) any { return &t.DecodeMaxM }},
 	{"fp4-max-m", "largest M on the wgmma-fp4 GEMMs (-1: never)", func(t *Tuning) any { return &t.FP4MaxM }},
 	{"wgmma-min-m", "smallest M on the wgmma GEMMs", func(t *Tuning) any { return &t.WGMMAMinM }},
@@ -96,12 +99,7 @@ func ParseTuning(s string) (Tuning, error) {
 		}
 		key, val, ok := strings.Cut(kv, "=")
 		key, val = strings.TrimSpace(key), strings.TrimSpace(val)
-		i := slices.IndexFunc(tuningKeys, func(k struct {
-			key, help string
-			field     func(t *Tuning) any
-		}) bool {
-			return k.key == key
-		})
+		i := slices.IndexFunc(tuningKeys, func(k tuningKey) bool { return k.key == key })
 		if !ok || i < 0 {
 			return Tuning{}, fmt.Errorf("%w: --tune %q: not key=value with a key of:\n%s", backend.ErrUnsupported, kv, TuningHelp())
 		}

@@ -135,12 +135,9 @@ func runBench(args []string) error {
 	if *rounds < 1 || *warmup < 0 || *copyMB < 1 || !(*peak > 0) {
 		return usagef("--rounds must be at least 1, --warmup at least 0, --copy-mb at least 1, --fp8-peak positive")
 	}
-	tuning, err := cuda.ParseTuning(*tune)
+	tuning, err := parseTune(*name, *tune)
 	if err != nil {
-		return asUsage(err)
-	}
-	if tuning != (cuda.Tuning{}) && *name != "cuda" {
-		return usagef("--tune: backend %q has no launch policy; only cuda does", *name)
+		return err
 	}
 	b, err := backend.Open(*name)
 	if err != nil {

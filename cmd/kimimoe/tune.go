@@ -14,16 +14,26 @@ func addTuneFlag(fs *flagSet) *string {
 // layer it prepares; a bad value, or one for a backend with no launch
 // policy, is a usage error.
 func openTuned(name, tune string) (backend.Backend, cuda.Tuning, error) {
-	t, err := cuda.ParseTuning(tune)
+	t, err := parseTune(name, tune)
 	if err != nil {
-		return nil, t, asUsage(err)
-	}
-	if t != (cuda.Tuning{}) && name != "cuda" {
-		return nil, t, usagef("--tune: backend %q has no launch policy; only cuda does", name)
+		return nil, t, err
 	}
 	b, err := backend.Open(name)
 	if err != nil {
 		return nil, t, err
 	}
 	return cuda.WithTuning(b, t), t, nil
+}
+
+// parseTune reads --tune for backend name: a bad value, or one for a
+// backend with no launch policy, is a usage error.
+func parseTune(name, tune string) (cuda.Tuning, error) {
+	t, err := cuda.ParseTuning(tune)
+	if err != nil {
+		return t, asUsage(err)
+	}
+	if t != (cuda.Tuning{}) && name != "cuda" {
+		return t, usagef("--tune: backend %q has no launch policy; only cuda does", name)
+	}
+	return t, nil
 }
