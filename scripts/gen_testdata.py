@@ -325,15 +325,11 @@ def f32_situ(g, u, beta, lbeta):
     return (left * right).astype(f)
 
 
-def flashinfer_case(out, tag, rng, M, K, N, E_local, topk, ep_size=1, ep_rank=0, mask_slot=False):
-    """The flashinfer chain (FlashInfer's / TensorRT-LLM's CUTLASS MoE): GEMM1
-    exact then bf16, + b1 in float32, SiTU in float32 then bf16, MXFP8 rceil,
-    GEMM2 exact then float32 then bf16 (the stored row), and the finalize's
-    float32 sum in slot order of float32(w) * (row + b2)."""
-    f = np.float32
-    rows, E_glob = 2 * N, E_local * ep_size
-    x = rng.normal(0, 1, size=(M, K)).astype(f)
-    xq, xs = mx_quant_e4m3(x.astype(np.float64), "rceil")
+def random_layer(rng, M, K, N, E_local, topk, E_glob, mask_slot):
+    """The weights (MXFP4 codes, scales near 2^-4), biases and routing of a
+    reference case, drawn in this order (the committed files depend on it);
+    with mask_slot, token 0's last slot is -1."""
+    f, rows = np.float32, 2 * N
     w31 = rng.integers(0, 256, size=(E_local, rows, K // 2), dtype=np.uint8)
     w31s = rng.integers(121, 126, size=(E_local, rows, K // 32), dtype=np.uint8)
     w2 = rng.integers(0, 256, size=(E_local, K, N // 2), dtype=np.uint8)
@@ -344,6 +340,19 @@ def flashinfer_case(out, tag, rng, M, K, N, E_local, topk, ep_size=1, ep_rank=0,
     if mask_slot:
         ids[0, topk - 1] = -1
     wts = rng.uniform(0.05, 1.0, size=(M, topk)).astype(f)
+    return w31, w31s, w2, w2s, b1, b2, ids, wts
+
+
+def flashinfer_case(out, tag, rng, M, K, N, E_local, topk, ep_size=1, ep_rank=0, mask_slot=False):
+    """The flashinfer chain (FlashInfer's / TensorRT-LLM's CUTLASS MoE): GEMM1
+    exact then bf16, + b1 in float32, SiTU in float32 then bf16, MXFP8 rceil,
+    GEMM2 exact then float32 then bf16 (the stored row), and the finalize's
+    float32 sum in slot order of float32(w) * (row + b2)."""
+    f = np.float32
+    E_glob = E_local * ep_size
+    x = rng.normal(0, 1, size=(M, K)).astype(f)
+    xq, xs = mx_quant_e4m3(x.astype(np.float64), "rceil")
+    w31, w31s, w2, w2s, b1, b2, ids, wts = random_layer(rng, M, K, N, E_local, topk, E_glob, mask_slot)
     W31, W2, X = dq_e2m1_packed(w31, w31s), dq_e2m1_packed(w2, w2s), dq_e4m3(xq, xs)
     ref = np.zeros((M, K), f)
     for t in range(M):
@@ -372,18 +381,9 @@ def bf16_case(out, tag, rng, M, K, N, E_local, topk, ep_size=1, ep_rank=0, mask_
     each slot's float32(w) * y stored as BF16, summed in float32 in slot
     order."""
     f, bf = np.float32, ml_dtypes.bfloat16
-    rows, E_glob = 2 * N, E_local * ep_size
+    E_glob = E_local * ep_size
     x = rng.normal(0, 1, size=(M, K)).astype(bf).astype(f)
-    w31 = rng.integers(0, 256, size=(E_local, rows, K // 2), dtype=np.uint8)
-    w31s = rng.integers(121, 126, size=(E_local, rows, K // 32), dtype=np.uint8)
-    w2 = rng.integers(0, 256, size=(E_local, K, N // 2), dtype=np.uint8)
-    w2s = rng.integers(119, 124, size=(E_local, K, N // 32), dtype=np.uint8)
-    b1 = rng.normal(0, 0.5, size=(E_local, rows)).astype(f)
-    b2 = rng.normal(0, 0.5, size=(E_local, K)).astype(f)
-    ids = np.stack([rng.choice(E_glob, size=topk, replace=False) for _ in range(M)]).astype(np.int32)
-    if mask_slot:
-        ids[0, topk - 1] = -1
-    wts = rng.uniform(0.05, 1.0, size=(M, topk)).astype(f)
+    w31, w31s, w2, w2s, b1, b2, ids, wts = random_layer(rng, M, K, N, E_local, topk, E_glob, mask_slot)
     W31, W2 = dq_e2m1_packed(w31, w31s), dq_e2m1_packed(w2, w2s)
     ref = np.zeros((M, K), f)
     for t in range(M):
