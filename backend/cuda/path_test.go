@@ -15,7 +15,7 @@ import (
 // kimiShape is the plan input of the Kimi-K3 EP32 layer on an H200 with
 // both wgmma paths' weights on the device.
 func kimiShape(m int, t Tuning) planShape {
-	return planShape{m: m, topk: 16, k: 7168 / 2, n: 3072, e: 28, sms: 132, wg: true, f4: true, wgRows: [2]int{128, 256}, tune: t}
+	return planShape{m: m, topk: 16, k: 3584, n: 3072, e: 28, wg: true, f4: true, wgRows: [2]int{128, 256}, tune: t}
 }
 
 // Which path a token count takes, from the plan's inputs alone (no
@@ -24,7 +24,7 @@ func kimiShape(m int, t Tuning) planShape {
 // threshold; else the mma.sync grouped GEMMs; an x past BF16's range
 // takes the mma.sync GEMMs where a BF16 path was chosen.
 func TestPathOrder(t *testing.T) {
-	oss := func(m int) planShape { return planShape{m: m, topk: 4, k: 2880, n: 2880, e: 32, sms: 132} }
+	oss := func(m int) planShape { return planShape{m: m, topk: 4, k: 2880, n: 2880, e: 32} }
 	for _, c := range []struct {
 		name  string
 		shape func(m int) planShape

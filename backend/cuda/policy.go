@@ -109,7 +109,6 @@ const routeManyMaxMDefault = 8192
 // layer has on the device, and the tuning.
 type planShape struct {
 	m, topk, k, n, e int
-	sms              int
 	wg, f4           bool   // the wgmma and wgmma-fp4 weights are on the device
 	wgRows           [2]int // the wgmma GEMMs' weight rows a tile
 	wide             bool   // x passes BF16's range (xPastBF16)
