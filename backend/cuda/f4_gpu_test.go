@@ -85,9 +85,7 @@ func TestF4Path(t *testing.T) {
 			if on {
 				maxM = 0
 			}
-			if err := l.SetTuning(Tuning{FP4MaxM: maxM, NoWGMMA: true}); err != nil {
-				t.Fatal(err)
-			}
+			setLayer(t, l, func(u *Tuning) { u.FP4MaxM, u.NoWGMMA = maxM, true }) // keeps kimiF4Layer's decode-max-m=-1
 			if want := map[bool]string{true: "wgmma-fp4", false: "grouped"}[on]; l.PathFor(m) != want {
 				t.Fatalf("M=%d takes the %s path, want %s", m, l.PathFor(m), want)
 			}
