@@ -78,6 +78,7 @@ type weightKey struct {
 	seed    uint64
 	k, n, e int
 	gated   bool
+	biases  bool
 	ep      moe.EP
 }
 
@@ -121,7 +122,7 @@ func Validate(b Backend, opts ValidateOptions) ([]Result, error) {
 		}
 		start := time.Now()
 		r := Result{Name: s.Name, Shape: s.Shape()}
-		key := weightKey{s.WeightSeed, s.K, s.N, s.ELocal, s.Activation.IsGated(), s.LayerSpec().EP}
+		key := weightKey{s.WeightSeed, s.K, s.N, s.ELocal, s.Activation.IsGated(), s.Biases, s.LayerSpec().EP}
 		if opts.PerExpertParams {
 			s.Params = perExpertParams(s.ELocal)
 		}

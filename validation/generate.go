@@ -35,6 +35,7 @@ type CaseSpec struct {
 	Routing      Routing
 	LocalSlots   int // > 0: exactly this many of each token's slots hit local experts (the rest other ranks')
 	NonFinite    bool
+	Biases       bool // FC1 and FC2 biases (GPT-OSS's), drawn with the weights
 	Activation   activation.Kind
 	Params       []activation.Params // nil: defaults
 	Chain        moe.Chain
@@ -117,6 +118,20 @@ func GenerateWeights(s *CaseSpec) (*moe.Weights, error) {
 	s2 := int(math.Round(math.Log2(1 / (4 * e2m1RMS * math.Sqrt(float64(s.N))))))
 	fillScales(src, w.W31Scale, s1)
 	fillScales(src, w.W2Scale, s2)
+	if s.Biases {
+		// N(0, 1) for FC1 (a third of GEMM1's RMS) and N(0, 1/4) for FC2
+		// (a quarter of an expert's output): large enough that a bias
+		// added twice, dropped or added to the wrong half fails the case.
+		rng := rand.New(rand.NewPCG(s.WeightSeed, 0x62696173))
+		w.W31Bias = make([]float32, w.E*w.Rows())
+		w.W2Bias = make([]float32, w.E*w.K)
+		for i := range w.W31Bias {
+			w.W31Bias[i] = float32(rng.NormFloat64())
+		}
+		for i := range w.W2Bias {
+			w.W2Bias[i] = float32(0.25 * rng.NormFloat64())
+		}
+	}
 	return w, nil
 }
 

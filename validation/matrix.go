@@ -29,11 +29,13 @@ var Suites = []string{"smoke", "real", "large", "all"}
 //	       routing; EP2 global ids; Kimi EP32 rank 7 (E_local 28, top-16, 8
 //	       slots local) at a small K and N; non-finite inputs; K = 160,
 //	       N = 96 (multiples of 32, not of 128, as GPT-OSS's 2880) at M = 8
-//	       and 64; 70 local experts (top-6, M = 48). Small shapes.
+//	       and 64; 70 local experts (top-6, M = 48); FC biases at M = 2,
+//	       32 (masked) and K = 160, N = 96. Small shapes.
 //	real   Kimi-K3 shape K=3584, N=3072, E_local=28, top-16, EP32 rank 7
-//	       with 8 of 16 slots local: decode M=1 and prefill M=128.
-//	large  the real shape at M = 512, 2048, 8192; the oracle checks 32
-//	       seeded rows of each.
+//	       with 8 of 16 slots local: decode M=1 and prefill M=128; with
+//	       FC biases at M=8.
+//	large  the real shape at M = 512, 2048, 8192, and with FC biases at
+//	       1024; the oracle checks 32 seeded rows of each.
 //	all    smoke + real + large.
 func ValidationMatrix(suite string, act activation.Kind, chain moe.Chain, recipe mxfp.Recipe) ([]CaseSpec, error) {
 	base := CaseSpec{Activation: act, Chain: chain, Recipe: recipe, K: 256, N: 128, ELocal: 8, TopK: 4, WeightSeed: 1}
@@ -70,14 +72,30 @@ func ValidationMatrix(suite string, act activation.Kind, chain moe.Chain, recipe
 	s = base
 	s.Name, s.M, s.ELocal, s.TopK, s.WeightSeed = "many_local_experts_e70", 48, 70, 6, 4
 	add(s)
+	// FC biases (GPT-OSS's): at a decode M, with masked slots, and at a
+	// shape that is not a multiple of 128.
+	s = base
+	s.Name, s.M, s.Biases, s.WeightSeed = "biases_m2", 2, true, 5
+	add(s)
+	s = base
+	s.Name, s.M, s.Routing, s.Biases, s.WeightSeed = "biases_m32_masked", 32, RoutingMasked, true, 5
+	add(s)
+	s = base
+	s.Name, s.M, s.K, s.N, s.Biases, s.WeightSeed = "biases_k160_n96_m16", 16, 160, 96, true, 6
+	add(s)
 
 	real := func(name string, m, sample int) CaseSpec {
 		s := KimiEP32Rank7(act, chain, recipe)
 		s.Name, s.M, s.Seed, s.SampleRows = name, m, uint64(1000+m), sample
 		return s
 	}
-	realCases := []CaseSpec{real("kimi_decode_m1", 1, 0), real("kimi_prefill_m128", 128, 0)}
-	large := []CaseSpec{real("kimi_m512", 512, 32), real("kimi_m2048", 2048, 32), real("kimi_m8192", 8192, 32)}
+	withBiases := func(s CaseSpec) CaseSpec {
+		s.Name, s.Biases, s.WeightSeed = s.Name+"_biases", true, s.WeightSeed+1
+		return s
+	}
+	realCases := []CaseSpec{real("kimi_decode_m1", 1, 0), real("kimi_prefill_m128", 128, 0), withBiases(real("kimi_m8", 8, 0))}
+	large := []CaseSpec{real("kimi_m512", 512, 32), real("kimi_m2048", 2048, 32), real("kimi_m8192", 8192, 32),
+		withBiases(real("kimi_m1024", 1024, 32))}
 	switch suite {
 	case "smoke":
 		return smoke, nil

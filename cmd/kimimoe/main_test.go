@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -39,7 +40,7 @@ func TestValidateSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if !strings.Contains(out, "validate: 22 of 22 cases passed") {
+	if !strings.Contains(out, fmt.Sprintf("validate: %d of %d cases passed", smokeCases, smokeCases)) {
 		t.Fatalf("unexpected summary:\n%s", out)
 	}
 }
@@ -173,7 +174,7 @@ func TestPlanAndValidateJSONToStdout(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("stdout is not one JSON document: %v\n%.300s", err, out)
 	}
-	if len(doc.Results) != 22 || doc.Results[0].Status != "PASS" || doc.Results[0].Metrics["cosine"] == nil {
+	if len(doc.Results) != smokeCases || doc.Results[0].Status != "PASS" || doc.Results[0].Metrics["cosine"] == nil {
 		t.Errorf("unexpected JSON: %+v", doc.Results[:1])
 	}
 }
@@ -532,3 +533,13 @@ func TestCompareCommand(t *testing.T) {
 		t.Errorf("no M in common: %v, want a usage error", err)
 	}
 }
+
+// smokeCases is the smoke suite's number of cases, which the summaries
+// count.
+var smokeCases = func() int {
+	smoke, err := validation.ValidationMatrix("smoke", activation.Situ, moe.ChainMXFP8, mxfp.RecipeRCeil)
+	if err != nil {
+		panic(err)
+	}
+	return len(smoke)
+}()
