@@ -110,6 +110,7 @@ const (
 	abiRecipeRCeil     int32 = 1
 	abiChainMXFP8      int32 = 0
 	abiChainFlashInfer int32 = 1
+	abiChainBF16       int32 = 2
 )
 
 func recipeCode(r mxfp.Recipe) int32 {
@@ -120,8 +121,11 @@ func recipeCode(r mxfp.Recipe) int32 {
 }
 
 func chainCode(c moe.Chain) int32 {
-	if c == moe.ChainFlashInfer {
+	switch c {
+	case moe.ChainFlashInfer:
 		return abiChainFlashInfer
+	case moe.ChainBF16:
+		return abiChainBF16
 	}
 	return abiChainMXFP8
 }
@@ -173,6 +177,7 @@ type gemm1Args struct {
 	Offset   devptr `c:"const int*"`
 	TileBase devptr `c:"const int*"`
 	Params   devptr `c:"const float*"`
+	B1       devptr `c:"const float*" cname:"b1"` // the FC1 bias [E, 2N], or 0
 	AQ       devptr `c:"u8*"`
 	AQS      devptr `c:"u8*"`
 	K        int32
@@ -199,14 +204,18 @@ type gemm2Args struct {
 }
 
 type finalizeArgs struct {
-	Y       devptr `c:"const float*"`
-	Pos     devptr `c:"const int*"`
-	Wts     devptr `c:"const float*"`
-	Out     devptr `c:"float*"`
-	TopK    int32
-	K       int32
-	ChainFI int32 // 1: the flashinfer chain's bf16 rows and float32 sum
-	Pad     int32 `cname:"unused"`
+	Y      devptr `c:"const float*"`
+	Pos    devptr `c:"const int*"`
+	Wts    devptr `c:"const float*"`
+	IDs    devptr `c:"const int*" cname:"ids"`  // the slots' experts, for the FC2 bias
+	B2     devptr `c:"const float*" cname:"b2"` // the FC2 bias [E, K], or 0
+	Out    devptr `c:"float*"`
+	TopK   int32
+	K      int32
+	Chain  int32 // the rounding of each slot's row and of the sum
+	Rank   int32
+	ELocal int32
+	Pad    int32 `cname:"unused"`
 }
 
 // Input forms of the decode prologue.
@@ -246,6 +255,7 @@ type decodeGemm1Args struct {
 	Offset  devptr `c:"const int*"`
 	Touched devptr `c:"const int*"`
 	Params  devptr `c:"const float*"`
+	B1      devptr `c:"const float*" cname:"b1"` // the FC1 bias [E, 2N], or 0
 	AQ      devptr `c:"u8*"`
 	AQS     devptr `c:"u8*"`
 	AQSF    devptr `c:"float*"`
@@ -324,7 +334,7 @@ type xBF16Args struct {
 	NBlocks int32
 	Recipe  int32
 	Form    int32
-	Pad     int32 `cname:"unused"`
+	Chain   int32 // bf16: a float x rounded to BF16, never MXFP8
 }
 
 // routeXBF16Args: the BF16 paths' one-launch prologues: kmoe_route_x_bf16
@@ -350,6 +360,8 @@ type routeXBF16Args struct {
 	Recipe   int32
 	Form     int32
 	NReady   int32
+	Chain    int32 // bf16: a float x rounded to BF16, never MXFP8
+	Pad      int32 `cname:"unused"`
 }
 
 // abiRouteCTAMax is the most entries (tokens x top-k) the one-CTA routing
@@ -366,6 +378,7 @@ type wgGemm1Args struct {
 	Offset   devptr `c:"const int*"`
 	TileBase devptr `c:"const int*"`
 	Params   devptr `c:"const float*"`
+	B1       devptr `c:"const float*" cname:"b1"` // the FC1 bias [E, 2N], or 0
 	AQBF     devptr `c:"u8*" cname:"aqbf"`
 	K        int32
 	N        int32
@@ -492,6 +505,7 @@ type f4Gemm1Args struct {
 	Offset   devptr `c:"const int*"`
 	TileBase devptr `c:"const int*"`
 	Params   devptr `c:"const float*"`
+	B1       devptr `c:"const float*" cname:"b1"` // the FC1 bias [E, 2N], or 0
 	AQBF     devptr `c:"u8*" cname:"aqbf"`
 	Ready    devptr `c:"int*"`              // per tile: GEMM1 CTAs done (tile_signal), or 0
 	UG       devptr `c:"float*" cname:"ug"` // {up, gate} a routed row and feature for kmoe_act_requant, or 0: the epilogue in GEMM1
@@ -510,6 +524,7 @@ type actRequantArgs struct {
 	UG       devptr `c:"const float*" cname:"ug"`
 	Offset   devptr `c:"const int*"`
 	Params   devptr `c:"const float*"`
+	B1       devptr `c:"const float*" cname:"b1"` // the FC1 bias [E, 2N], or 0
 	AQBF     devptr `c:"u8*" cname:"aqbf"`
 	TileBase devptr `c:"const int*"` // by tile (Done set): the routing's tiles of TT rows
 	Ready    devptr `c:"const int*"` // by tile: GEMM1's CTAs done with the tile; each CTA waits for ReadyTarget

@@ -177,7 +177,8 @@ func (b *Backend) Name() string { return "cuda" }
 func (b *Backend) Capabilities() backend.Capabilities {
 	return backend.Capabilities{
 		Activations:       []activation.Kind{activation.Swiglu, activation.Geglu, activation.SwigluBias, activation.SwigluStep, activation.GegluTanh, activation.Situ},
-		Chains:            []moe.Chain{moe.ChainMXFP8, moe.ChainFlashInfer},
+		Chains:            []moe.Chain{moe.ChainMXFP8, moe.ChainFlashInfer, moe.ChainBF16},
+		Biases:            true,
 		Recipes:           []mxfp.Recipe{mxfp.RecipeFloor, mxfp.RecipeRCeil},
 		PreQuantizedInput: true,
 		Graphs:            true,

@@ -149,10 +149,22 @@
 // there was no sm_120 GPU to run it on.
 //
 // Capabilities: the gated activations (SiTU, SwiGLU, GPT-OSS SwiGLU,
-// SwigluStep, GeGLU, GeGLU-tanh) with per-expert parameters, the mxfp8 and
-// flashinfer chains, both recipes, K and N any multiples of 32, x as
-// float32 or pre-quantized, CUDA Graphs. Anything else fails at Prepare with backend.ErrUnsupported naming
-// the "go" backend as the fallback.
+// SwigluStep, GeGLU, GeGLU-tanh) with per-expert parameters, the mxfp8,
+// flashinfer and bf16 chains, FC biases, both recipes, K and N any
+// multiples of 32, x as float32 or pre-quantized, CUDA Graphs. Anything
+// else fails at Prepare with backend.ErrUnsupported naming the "go"
+// backend as the fallback.
+//
+// The bf16 chain (W4A16) runs on the two wgmma paths only, at every M:
+// the prologue rounds a float32 x to BF16 (an MXFP8 x is decoded), GEMM1's
+// epilogue (or kmoe_act_requant) stores the activation as BF16 with no
+// requantization, and the finalize rounds each slot's weighted row to
+// BF16 before the float32 sum. Where neither wgmma path is available (K
+// or N not a multiple of 128, weight scales past the widening's window
+// and no sm_90 device) Prepare refuses the chain. The FC1 bias is added
+// in float32 to GEMM1's accumulator in every epilogue (on the flashinfer
+// chain after its BF16 rounding), the FC2 bias to each slot's row in the
+// finalize (the slot's expert from its id), on every path.
 //
 // Precision against the oracle (same chain): the GEMMs accumulate in
 // float32 (mma.sync: exact block products summed across blocks; both

@@ -90,6 +90,10 @@ func (g *Group) PrepareMode(w *moe.Weights, spec moe.LayerSpec, mode Mode) (*Gro
 	if err := g.Capabilities().Check(spec, w, "cuda", backend.GoName); err != nil {
 		return nil, err
 	}
+	if mode == ModeDispatch && spec.Chain == moe.ChainBF16 {
+		// Dispatch sends x as MXFP8, which the bf16 chain never makes.
+		return nil, fmt.Errorf("%w: the bf16 chain runs in the replicated mode only; dispatch sends x as MXFP8", backend.ErrUnsupported)
+	}
 	ws, specs, err := moe.SplitDevices(w, spec, g.size)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", backend.ErrUnsupported, err)

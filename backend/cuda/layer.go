@@ -21,6 +21,7 @@ type Layer struct {
 	numGlobal int
 	epRank    int
 	params    devptr // the activation's parameters (packParams)
+	b1, b2    devptr // the FC biases as float32 (w.W31Bias, w.W2Bias), or 0
 	mx        mxWeights
 	dec       decodeWeights
 	wg        wgWeights
@@ -88,6 +89,10 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 		if err := l.uploadWeights(); err != nil {
 			return err
 		}
+		if spec.Chain == moe.ChainBF16 && l.f4.w31 == 0 && l.wg.w31 == 0 {
+			return errors.Join(fmt.Errorf("%w: backend \"cuda\" runs the bf16 chain on its two wgmma paths only, which need an sm_90 device and K and N multiples of 128 (%s; %s); use the %q backend",
+				backend.ErrUnsupported, l.f4.whyNot, l.wg.whyNot, backend.GoName), l.free())
+		}
 		b.layers[l] = true
 		return nil
 	})
@@ -139,7 +144,7 @@ func (l *Layer) Tuning() Tuning {
 // (wide) or does not pass BF16's range.
 func (l *Layer) plan(m, topk int, wide bool) Plan {
 	return choosePlan(planShape{m: m, topk: topk, k: l.w.K, n: l.w.N, e: l.w.E,
-		wg: l.wg.w31 != 0, f4: l.f4.w31 != 0, wgRows: l.wg.rows, wide: wide, tune: l.tune})
+		wg: l.wg.w31 != 0, f4: l.f4.w31 != 0, wgRows: l.wg.rows, wide: wide, bf16: l.spec.Chain == moe.ChainBF16, tune: l.tune})
 }
 
 // PlanFor is the launch plan of a forward of m tokens of top-k whose x
@@ -162,9 +167,17 @@ func (l *Layer) uploadWeights() error {
 	l.epRank = spec.EP.Normalize().Rank
 	d31, d31s := decodeW31(w)
 	d2, d2s := decodeW2(w)
-	err := l.uploadAll(upload{&l.mx.w31, w.W31}, upload{&l.mx.w31s, w.W31Scale}, upload{&l.mx.w2, w.W2}, upload{&l.mx.w2s, w.W2Scale},
-		upload{&l.params, f32bytes(packParams(spec.Params))},
-		upload{&l.dec.w31, d31}, upload{&l.dec.w31s, d31s}, upload{&l.dec.w2, d2}, upload{&l.dec.w2s, d2s})
+	ups := []upload{{&l.mx.w31, w.W31}, {&l.mx.w31s, w.W31Scale}, {&l.mx.w2, w.W2}, {&l.mx.w2s, w.W2Scale},
+		{&l.params, f32bytes(packParams(spec.Params))},
+		{&l.dec.w31, d31}, {&l.dec.w31s, d31s}, {&l.dec.w2, d2}, {&l.dec.w2s, d2s}}
+	// A bias the weights lack stays 0, which the kernels read as none.
+	if w.W31Bias != nil {
+		ups = append(ups, upload{&l.b1, f32bytes(w.W31Bias)})
+	}
+	if w.W2Bias != nil {
+		ups = append(ups, upload{&l.b2, f32bytes(w.W2Bias)})
+	}
+	err := l.uploadAll(ups...)
 	if err == nil {
 		err = l.uploadWG()
 	}
@@ -264,7 +277,7 @@ func i32bytes(v []int32) []byte {
 // second call frees nothing twice.
 func (l *Layer) free() error {
 	var errs []error
-	ptrs := append([]*devptr{&l.params}, l.mx.ptrs()...)
+	ptrs := append([]*devptr{&l.params, &l.b1, &l.b2}, l.mx.ptrs()...)
 	ptrs = append(append(append(ptrs, l.dec.ptrs()...), l.wg.ptrs()...), l.f4.ptrs()...)
 	for _, p := range ptrs {
 		if *p != 0 {

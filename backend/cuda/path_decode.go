@@ -22,7 +22,7 @@ func (l *Layer) decodeSteps(ws *workspace, p *Plan) []step {
 		{"gemm1_act", func() error {
 			return b.k.decGemm1[ns].launchWith([3]int{w.N / 32, maxExperts, 1}, abiDecodeThreads, 0, s,
 				&decodeGemm1Args{XQ: ws.xqd, XSF: ws.xsf, W: l.dec.w31, WS: l.dec.w31s, Perm: ws.perm, Offset: ws.offset, Touched: ws.touched,
-					Params: l.params, AQ: ws.aq, AQS: ws.aqs, AQSF: ws.aqsf, KPad: i32(kp), N: i32(w.N), NPad: i32(np),
+					Params: l.params, B1: l.b1, AQ: ws.aq, AQS: ws.aqs, AQSF: ws.aqsf, KPad: i32(kp), N: i32(w.N), NPad: i32(np),
 					TopK: i32(topk), ELocal: i32(w.E), Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)),
 					Chain: chainCode(l.spec.Chain), Recipe: recipeCode(l.spec.Recipe), ZeroRow: i32(m)})
 		}},

@@ -36,7 +36,7 @@ func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 		g1, _, smem := kernels()
 		return g1.launchMaybePDL(p.PDL, [3]int{gemm1CTAs, p.Tiles, 1}, abiThreads, smem, s,
 			&f4Gemm1Args{XBF: ws.xbf, W: l.f4.w31, WS: l.f4.w31s, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
-				Params: l.params, AQBF: ws.aqbf, Ready: ready, UG: ws.ug, K: i32(w.K), N: i32(w.N), TopK: i32(ws.topk), ELocal: i32(w.E),
+				Params: l.params, B1: l.b1, AQBF: ws.aqbf, Ready: ready, UG: ws.ug, K: i32(w.K), N: i32(w.N), TopK: i32(ws.topk), ELocal: i32(w.E),
 				Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
 	}}}
 	if p.ActKernel {
@@ -47,7 +47,7 @@ func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 				grid = [3]int{tt, p.Tiles, 1} // a CTA a row of a tile
 			}
 			return b.k.actRequant.launchMaybePDL(p.PDL, grid, abiThreads, 0, s,
-				&actRequantArgs{UG: ws.ug, Offset: ws.offset, Params: l.params, AQBF: ws.aqbf, TileBase: ws.tileBase, Ready: ready,
+				&actRequantArgs{UG: ws.ug, Offset: ws.offset, Params: l.params, B1: l.b1, AQBF: ws.aqbf, TileBase: ws.tileBase, Ready: ready,
 					Done: actDone, N: i32(w.N), ELocal: i32(w.E), Kind: activationCode(l.spec.Activation),
 					NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe, TT: i32(tt),
 					ReadyTarget: i32(gemm1CTAs)})

@@ -35,7 +35,7 @@ func (l *Layer) prologueSteps(ws *workspace, p *Plan) []step {
 	routeX := func() *routeXBF16Args {
 		return &routeXBF16Args{X: ws.x, Codes: ws.xq, Scales: ws.xs, IDs: ws.ids, Out: ws.xbf, Pos: ws.pos, Perm: ws.perm,
 			Offset: ws.offset, TileBase: ws.tileBase, Ready: ready, NBlocks: i32(nblocks), NEntries: i32(entries), Rank: i32(l.epRank),
-			ELocal: i32(w.E), TT: i32(p.Tile), Recipe: recipe, Form: form, NReady: i32(nReady)}
+			ELocal: i32(w.E), TT: i32(p.Tile), Recipe: recipe, Form: form, NReady: i32(nReady), Chain: chainCode(l.spec.Chain)}
 	}
 	switch p.Prologue {
 	case PrologueOneCTA:
@@ -58,7 +58,7 @@ func (l *Layer) prologueSteps(ws *workspace, p *Plan) []step {
 	if p.Prologue == PrologueBF16 {
 		xstep = step{"x_bf16", func() error {
 			return b.k.xBF16.launch([3]int{xCTAs4, 1, 1}, s,
-				&xBF16Args{X: ws.x, Codes: ws.xq, Scales: ws.xs, Out: ws.xbf, NBlocks: i32(nblocks), Recipe: recipe, Form: form})
+				&xBF16Args{X: ws.x, Codes: ws.xq, Scales: ws.xs, Out: ws.xbf, NBlocks: i32(nblocks), Recipe: recipe, Form: form, Chain: chainCode(l.spec.Chain)})
 		}}
 	}
 	return []step{
@@ -91,7 +91,7 @@ func (l *Layer) mxSteps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 	gemm1 = []step{{"gemm1_act", func() error {
 		return b.k.gemm1[tt].launch([3]int{w.N / abiGemm1Features, p.Tiles, 1}, s,
 			&gemm1Args{XQ: ws.xq, XS: ws.xs, W31: l.mx.w31, W31S: l.mx.w31s, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
-				Params: l.params, AQ: ws.aq, AQS: ws.aqs, K: i32(w.K), N: i32(w.N), TopK: i32(ws.topk), ELocal: i32(w.E),
+				Params: l.params, B1: l.b1, AQ: ws.aq, AQS: ws.aqs, K: i32(w.K), N: i32(w.N), TopK: i32(ws.topk), ELocal: i32(w.E),
 				Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
 	}}}
 	gemm2 = []step{{"gemm2", func() error {

@@ -47,6 +47,19 @@ func TestPathOrder(t *testing.T) {
 		{"GPT-OSS 2880", oss, map[int]Path{1: PathDecode, 8192: PathDecode}},
 		{"wide x", func(m int) planShape { s := kimiShape(m, Tuning{}); s.wide = true; return s },
 			map[int]Path{1: PathGrouped, 8192: PathGrouped}},
+		// The bf16 chain runs only on the BF16 paths: at every M, whatever
+		// x holds and whatever the decode and fp4 thresholds say.
+		{"bf16 chain", func(m int) planShape { s := kimiShape(m, Tuning{}); s.bf16, s.wide = true, true; return s },
+			map[int]Path{1: PathFP4, 24: PathFP4, 8192: PathFP4}},
+		{"bf16 chain, fp4 off", func(m int) planShape { s := kimiShape(m, Tuning{FP4MaxM: -1}); s.bf16 = true; return s },
+			map[int]Path{1: PathWGMMA, 25: PathWGMMA, 8192: PathWGMMA}},
+		{"bf16 chain, no fp4 (scales)", func(m int) planShape { s := kimiShape(m, Tuning{}); s.bf16, s.f4 = true, false; return s },
+			map[int]Path{1: PathWGMMA, 128: PathWGMMA}},
+		{"bf16 chain, no wgmma weights", func(m int) planShape {
+			s := kimiShape(m, Tuning{FP4MaxM: -1})
+			s.bf16, s.wg = true, false
+			return s
+		}, map[int]Path{1: PathFP4, 8192: PathFP4}},
 	} {
 		for m, want := range c.want {
 			if got := choosePlan(c.shape(m)); got.Path != want {

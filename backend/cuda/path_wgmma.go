@@ -12,7 +12,7 @@ func (l *Layer) wgSteps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 	gemm1 = []step{{"gemm1_act", func() error {
 		return b.k.wgGemm1[bn1].launchWith([3]int{w.N / (bn1 / 2), p.Tiles, 1}, abiThreads, wgSmem(bn1), s,
 			&wgGemm1Args{XBF: ws.xbf, W: l.wg.w31, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
-				Params: l.params, AQBF: ws.aqbf, K: i32(w.K), N: i32(w.N), TopK: i32(ws.topk), ELocal: i32(w.E),
+				Params: l.params, B1: l.b1, AQBF: ws.aqbf, K: i32(w.K), N: i32(w.N), TopK: i32(ws.topk), ELocal: i32(w.E),
 				Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
 	}}}
 	gemm2 = []step{{"gemm2", func() error {

@@ -112,6 +112,7 @@ type planShape struct {
 	wg, f4           bool   // the wgmma and wgmma-fp4 weights are on the device
 	wgRows           [2]int // the wgmma GEMMs' weight rows a tile
 	wide             bool   // x passes BF16's range (xPastBF16)
+	bf16             bool   // the bf16 chain: x and the intermediate as BF16, which only the two wgmma paths run
 	tune             Tuning
 }
 
@@ -136,6 +137,10 @@ func choosePlan(s planShape) Plan {
 		decodeMax = t.DecodeMaxM // -1: never where the shape allows the grouped path
 	}
 	switch {
+	case s.bf16 && s.f4 && (s.m <= or(t.FP4MaxM, f4MaxMDefault) || !s.wg):
+		p.Path = PathFP4 // the bf16 chain at every M, whatever DecodeMaxM says
+	case s.bf16:
+		p.Path = PathWGMMA // Prepare refuses the chain without either wgmma path
 	case s.f4 && s.m <= or(t.FP4MaxM, f4MaxMDefault):
 		p.Path = PathFP4
 	case s.m <= decodeMax || s.k%abiStageK != 0 || s.n%abiStageK != 0:
@@ -145,7 +150,7 @@ func choosePlan(s planShape) Plan {
 	default:
 		p.Path = PathGrouped
 	}
-	if s.wide && (p.Path == PathWGMMA || p.Path == PathFP4) {
+	if s.wide && !s.bf16 && (p.Path == PathWGMMA || p.Path == PathFP4) {
 		p.Path, p.Wide = PathGrouped, true
 	}
 	switch p.Path {

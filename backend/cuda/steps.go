@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"kimimoe/backend/cuda/internal/cu"
-	"kimimoe/moe"
 )
 
 // step is one stage of a forward, named for Profile.
@@ -84,14 +83,7 @@ func (l *Layer) finalizeStep(ws *workspace, pdl bool) step {
 			launch = l.b.k.finalize.launchPDL
 		}
 		return launch([3]int{ws.m, (w.K + abiFinalizeCols - 1) / abiFinalizeCols, 1}, abiThreads, 0, s,
-			&finalizeArgs{Y: ws.y, Pos: ws.pos, Wts: ws.wts, Out: ws.out, TopK: i32(ws.topk), K: i32(w.K), ChainFI: chainFI(l.spec.Chain)})
+			&finalizeArgs{Y: ws.y, Pos: ws.pos, Wts: ws.wts, IDs: ws.ids, B2: l.b2, Out: ws.out, TopK: i32(ws.topk), K: i32(w.K),
+				Chain: chainCode(l.spec.Chain), Rank: i32(l.epRank), ELocal: i32(w.E)})
 	}}
-}
-
-// chainFI is finalizeArgs.ChainFI for chain c.
-func chainFI(c moe.Chain) int32 {
-	if c == moe.ChainFlashInfer {
-		return 1
-	}
-	return 0
 }

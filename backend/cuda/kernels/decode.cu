@@ -183,7 +183,7 @@ __device__ __forceinline__ void decode_gemm1(const DecodeGemm1Args a) {
         for (int s = 0; s < NS; s++) for (int i = 0; i < 4; i++) acc[s][i] = 0.0f;
         dec_stream<NS>(acc, w, ws, nchunk, bcode, bsc0, bsc1, nsub, lane, t);
         act_requant_store<NS>(acc, nsub, cnt, s_amax, warp, 0, p, a.kind, a.chain, a.recipe, g, t, a.aq, a.aqs, a.aqsf,
-                             row0 + base, a.n_pad, fw, true, nullptr);
+                             row0 + base, a.n_pad, fw, true, nullptr, fc1_bias_row(a.b1, e, a.n), a.n);
     }
 }
 

@@ -47,7 +47,8 @@ __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
     const float* p = a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE;
     act_requant_store<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), (tl.count + 7) / 8, tl.count, s_amax, warp,
                               (warp >> 2) * 4, p, a.kind, a.chain, a.recipe, lane >> 2, lane & 3, nullptr, nullptr,
-                              nullptr, tl.row0, a.n, blockIdx.x * 64 + warp * 8, false, a.aqbf);
+                              nullptr, tl.row0, a.n, blockIdx.x * 64 + warp * 8, false, a.aqbf,
+                              fc1_bias_row(a.b1, tl.expert, a.n), a.n);
     if (a.ready != nullptr) tile_signal(a.ready + blockIdx.y);
 #endif
 }
@@ -139,28 +140,42 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_DEEP2_BLOCKS
 // bits (a 64-bit division for the row) the kernel took longer.
 //
 // Blocks b0 .. b0 + 3 (below total), a warp: lane l the block b0 + l / 8.
-// Parameters of expert e, or (e < 0) of the row's expert where they
-// differ by expert.
+// The rows' expert is e_row, or (e_row < 0) found from the row where its
+// parameters or bias are needed. On the bf16 chain the activation is
+// stored as BF16 with no requantization.
 template <int KIND>
 __device__ __forceinline__ void act_requant_blocks4(const ActRequantArgs& a, u32 b0, u32 total, int e_row) {
     const u32 nb = (u32)a.n / 32;
     const int lane = threadIdx.x & 31, j = lane & 7;
-    const bool chain_fi = a.chain == KMOE_CHAIN_FLASHINFER;
+    constexpr bool PLAIN = KIND >= 0; // no bias, not the bf16 chain (kmoe_act_requant picks it only then)
+    const bool chain_fi = a.chain == KMOE_CHAIN_FLASHINFER, bias = !PLAIN && a.b1 != nullptr;
     const int rcp = chain_fi ? KMOE_RECIPE_RCEIL : a.recipe;
     const float4* ug = (const float4*)a.ug; // block b's feature 4j + i: {up, gate} at float2 32 b + 4j + i
     const u32 b = b0 + (lane >> 3);
     const bool live = b < total; // a dead lane's zeros stay in its own block's shuffles
     float4 v0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v1 = v0;
     int e = e_row < 0 ? 0 : e_row;
+    Bias1 bi[4] = {};
     if (live) {
         v0 = ug[(u64)b * 16 + 2 * j];
         v1 = ug[(u64)b * 16 + 2 * j + 1];
-        if (e_row < 0 && a.n_params != 1) e = expert_of(a.offset, a.e_local, (int)(b / nb)); // the row's parameters
+        // The row's expert, for its parameters where they differ by expert and its bias.
+        if (e_row < 0 && (a.n_params != 1 || bias)) e = expert_of(a.offset, a.e_local, (int)(b / nb));
+        if (bias) {
+            const float* b1 = fc1_bias_row(a.b1, e, a.n);
+            for (int i = 0; i < 4; i++) bi[i] = fc1_bias(b1, a.n, (int)(b % nb) * 32 + 4 * j + i);
+        }
     }
-    const float* p = a.params + e * KMOE_PARAM_STRIDE;
-    const float act[4] = {chain_act<KIND>(a.kind, p, v0.y, v0.x, chain_fi), chain_act<KIND>(a.kind, p, v0.w, v0.z, chain_fi),
-                          chain_act<KIND>(a.kind, p, v1.y, v1.x, chain_fi), chain_act<KIND>(a.kind, p, v1.w, v1.z, chain_fi)};
-    const uint2 h = mxfp8_bf16_lanes8(act, rcp, lane);
+    const float* p = a.params + (a.n_params == 1 ? 0 : e) * KMOE_PARAM_STRIDE;
+    const float act[4] = {chain_act<KIND>(a.kind, p, v0.y, v0.x, chain_fi, bias, bi[0]),
+                          chain_act<KIND>(a.kind, p, v0.w, v0.z, chain_fi, bias, bi[1]),
+                          chain_act<KIND>(a.kind, p, v1.y, v1.x, chain_fi, bias, bi[2]),
+                          chain_act<KIND>(a.kind, p, v1.w, v1.z, chain_fi, bias, bi[3])};
+    uint2 h;
+    if (!PLAIN && a.chain == KMOE_CHAIN_BF16) // stored as BF16, no requantization
+        h = make_uint2(bf16_rne_bits(act[0]) | bf16_rne_bits(act[1]) << 16, bf16_rne_bits(act[2]) | bf16_rne_bits(act[3]) << 16);
+    else
+        h = mxfp8_bf16_lanes8(act, rcp, lane);
     if (live) *(uint2*)&a.aqbf[((u64)b * 32 + 4 * j) * 2] = h;
 }
 
@@ -189,23 +204,25 @@ __device__ __forceinline__ void act_requant_tile(const ActRequantArgs& a) {
     tile_wait(a.ready + blockIdx.y, a.ready_target);
     if ((int)blockIdx.x < tl.count) {
         const u32 nb = (u32)a.n / 32, row = (u32)(tl.row0 + (int)blockIdx.x), end = (row + 1) * nb;
-        const int e = a.n_params == 1 ? 0 : tl.expert;
         for (u32 b0 = row * nb + 4 * (threadIdx.x >> 5); b0 < end; b0 += 4 * (blockDim.x >> 5))
-            act_requant_blocks4<KIND>(a, b0, end, e);
+            act_requant_blocks4<KIND>(a, b0, end, tl.expert);
     }
     tile_signal(a.done + blockIdx.y);
 }
 
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_act_requant(const ActRequantArgs a) {
+    // Kimi-K3's plain layer (SiTU, no bias, not the bf16 chain) on the
+    // compile-time kind, as in GEMM1's epilogue.
+    const bool plain_situ = a.kind == KMOE_ACT_SITU && a.b1 == nullptr && a.chain != KMOE_CHAIN_BF16;
     if (a.done != nullptr) { // by tile: GEMM1's tiles waited for one at a time
         pdl_trigger(); // GEMM2's CTAs wait for their tiles' counts
-        if (a.kind == KMOE_ACT_SITU) act_requant_tile<KMOE_ACT_SITU>(a);
+        if (plain_situ) act_requant_tile<KMOE_ACT_SITU>(a);
         else act_requant_tile<-1>(a);
         return;
     }
     pdl_wait();    // GEMM1's up and gate
     pdl_trigger(); // GEMM2's CTAs may take SMs as this kernel's leave them; they wait for all of it
     int rows = a.offset[a.e_local];
-    if (a.kind == KMOE_ACT_SITU) act_requant_rows<KMOE_ACT_SITU>(a, rows); // Kimi-K3's, as in GEMM1
+    if (plain_situ) act_requant_rows<KMOE_ACT_SITU>(a, rows); // Kimi-K3's, as in GEMM1
     else act_requant_rows<-1>(a, rows);
 }

@@ -237,15 +237,38 @@ __device__ __forceinline__ uint2 mxfp8_bf16_lanes8(const float (&v)[4], int reci
 // instruction waiting for an instruction fetch).
 __device__ __noinline__ float gated_act_call(int kind, const float* p, float g, float u) { return gated_act(kind, p, g, u); }
 
-// The activation of one up and gate on a chain: the flashinfer chain
-// rounds both inputs and the result to BF16. KIND: the kind fixed at
-// compile time, or -1 for kind; CALL: through gated_act_call (kind).
-// Every GEMM1 epilogue and kmoe_act_requant.
+// The FC1 bias of feature f of an expert whose bias row (2n floats, up
+// then gate) is b1, or zeros where b1 is null.
+struct Bias1 {
+    float up, gate;
+};
+__device__ __forceinline__ Bias1 fc1_bias(const float* b1, int n, int f) {
+    if (b1 == nullptr) return Bias1{0.0f, 0.0f};
+    return Bias1{b1[f], b1[n + f]};
+}
+
+// The expert's FC1 bias row of b1 ([E, 2N]), or null without a bias.
+__device__ __forceinline__ const float* fc1_bias_row(const float* b1, int e, int n) {
+    return b1 == nullptr ? nullptr : b1 + (u64)e * 2 * n;
+}
+
+// The activation of one up and gate on a chain, with the FC1 bias bi
+// (added where bias is set): the flashinfer chain rounds both inputs to
+// BF16 before the bias is added and the result after, as FlashInfer's
+// activation kernel does; the others add the bias to the float32
+// accumulator. KIND: the kind fixed at compile time, or -1 for kind;
+// CALL: through gated_act_call (kind). Every GEMM1 epilogue and
+// kmoe_act_requant.
 template <int KIND, bool CALL = false>
-__device__ __forceinline__ float chain_act(int kind, const float* p, float gate, float up, bool chain_fi) {
+__device__ __forceinline__ float chain_act(int kind, const float* p, float gate, float up, bool chain_fi, bool bias = false,
+                                           Bias1 bi = Bias1{0.0f, 0.0f}) {
     if (chain_fi) {
         up = round_bf16(up);
         gate = round_bf16(gate);
+    }
+    if (bias) {
+        up = __fadd_rn(up, bi.up);
+        gate = __fadd_rn(gate, bi.gate);
     }
     float act;
     if constexpr (CALL) act = gated_act_call(kind, p, gate, up);
@@ -253,6 +276,10 @@ __device__ __forceinline__ float chain_act(int kind, const float* p, float gate,
     if (chain_fi) act = round_bf16(act);
     return act;
 }
+
+// The BF16 bits of float v rounded to nearest even (the bf16 chain's
+// intermediate; NaN: the quiet NaN of its sign).
+__device__ __forceinline__ u32 bf16_rne_bits(float v) { return __float_as_uint(round_bf16(v)) >> 16; }
 
 // The GEMM1 epilogue of both paths: the activation in registers, then
 // MXFP8 requantization of each 32-feature block, which four warps (warps
@@ -264,20 +291,41 @@ __device__ __forceinline__ float chain_act(int kind, const float* p, float gate,
 // is null), or, if aqbf is not null, their MXFP8 values as BF16 to aqbf
 // (ldn features a row; aq and aqs unused). Called by every thread of the
 // CTA (it synchronizes). KIND: the activation kind fixed at compile time
-// (act_requant_store dispatches on the kind once), or -1 for kind.
+// (act_requant_store dispatches on the kind once), or -1 for kind. b1:
+// the expert's FC1 bias row (n up, then n gate values) or null. On the
+// bf16 chain (aqbf only) each activation is stored as BF16 and nothing
+// is requantized.
 template <int NS, int KIND>
 __device__ __forceinline__ void act_requant_store_k(const float (&acc)[NS][4], int nsub, int count, u32 (*s_amax)[NS * 8],
                                                     int warp, int bw0, const float* p, int kind, int chain, int recipe,
                                                     int g, int t, u8* aq, u8* aqs, float* aqsf, int row0, int ldn,
-                                                    int fw, bool permuted, u8* aqbf) {
+                                                    int fw, bool permuted, u8* aqbf, const float* b1, int n) {
+    // The kind fixed at compile time is the plain layer's instance (no
+    // bias, not the bf16 chain: act_requant_store picks it only then), so
+    // Kimi-K3's epilogue carries none of their code.
+    constexpr bool PLAIN = KIND >= 0;
     bool chain_fi = chain == KMOE_CHAIN_FLASHINFER;
     int rcp = chain_fi ? KMOE_RECIPE_RCEIL : recipe;
+    const bool bias = !PLAIN && b1 != nullptr;
+    const Bias1 bi = PLAIN ? Bias1{0.0f, 0.0f} : fc1_bias(b1, n, fw + g);
+    if (!PLAIN && chain == KMOE_CHAIN_BF16) { // the activation stored as BF16, no requantization (BF16 paths only: aqbf)
+#pragma unroll
+        for (int s = 0; s < NS; s++) {
+            if (s >= nsub) break;
+            for (int h = 0; h < 2; h++) {
+                int tok = s * 8 + 2 * t + h;
+                float act = chain_act<KIND>(kind, p, acc[s][2 + h], acc[s][h], false, bias, bi);
+                if (tok < count) *(u16*)&aqbf[((u64)(row0 + tok) * ldn + fw + g) * 2] = (u16)bf16_rne_bits(act);
+            }
+        }
+        return;
+    }
     float v[NS][2];
 #pragma unroll
     for (int s = 0; s < NS; s++) {
         if (s >= nsub) break;
         for (int h = 0; h < 2; h++) {
-            float act = chain_act<KIND>(kind, p, acc[s][2 + h], acc[s][h], chain_fi);
+            float act = chain_act<KIND>(kind, p, acc[s][2 + h], acc[s][h], chain_fi, bias, bi);
             v[s][h] = act;
             // amax over this warp's 8 features (lanes with equal t), NaN
             // skipped, with bit 31 set if any of them is NaN (no magnitude
@@ -330,11 +378,11 @@ template <int NS>
 __device__ __forceinline__ void act_requant_store(const float (&acc)[NS][4], int nsub, int count, u32 (*s_amax)[NS * 8],
                                                   int warp, int bw0, const float* p, int kind, int chain, int recipe,
                                                   int g, int t, u8* aq, u8* aqs, float* aqsf, int row0, int ldn,
-                                                  int fw, bool permuted, u8* aqbf) {
+                                                  int fw, bool permuted, u8* aqbf, const float* b1, int n) {
 #define EPILOGUE_OF(K) \
-    act_requant_store_k<NS, K>(acc, nsub, count, s_amax, warp, bw0, p, kind, chain, recipe, g, t, aq, aqs, aqsf, row0, ldn, fw, permuted, aqbf)
-    if (kind == KMOE_ACT_SITU) EPILOGUE_OF(KMOE_ACT_SITU); // Kimi-K3's
-    else EPILOGUE_OF(-1);                               // the others: the kind read at run time
+    act_requant_store_k<NS, K>(acc, nsub, count, s_amax, warp, bw0, p, kind, chain, recipe, g, t, aq, aqs, aqsf, row0, ldn, fw, permuted, aqbf, b1, n)
+    if (kind == KMOE_ACT_SITU && b1 == nullptr && chain != KMOE_CHAIN_BF16) EPILOGUE_OF(KMOE_ACT_SITU); // Kimi-K3's
+    else EPILOGUE_OF(-1); // the others: the kind read at run time
 #undef EPILOGUE_OF
 }
 
@@ -365,7 +413,7 @@ __device__ __forceinline__ void gemm1_act(const Gemm1Args a) {
 
     const float* p = a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE;
     act_requant_store<TT / 8>(acc, nsub, tl.count, s_amax, warp, (warp >> 2) * 4, p, a.kind, a.chain, a.recipe, g, t,
-                              a.aq, a.aqs, nullptr, tl.row0, N, fw, false, nullptr);
+                              a.aq, a.aqs, nullptr, tl.row0, N, fw, false, nullptr, fc1_bias_row(a.b1, tl.expert, N), N);
 }
 
 // GEMM2: y[row, f] = sum_n W2[e][f][n] * aq[row][n] in float32. Warp w owns

@@ -51,12 +51,16 @@ static_assert(sizeof(WgSmem<128>) + KMOE_SMEM_ALIGN == KMOE_WG_SMEM_128 && sizeo
 // calls it.
 __device__ __forceinline__ void x_bf16_blocks4(const float* __restrict__ x, const u8* __restrict__ codes,
                                                const u8* __restrict__ scales, u16* __restrict__ out, int form,
-                                               int recipe, u32 nblocks, u32 b0, int lane) {
+                                               int recipe, int chain, u32 nblocks, u32 b0, int lane) {
     const u32 b = b0 + (lane >> 3);
     const bool live = b < nblocks; // a dead lane's zeros stay in its own block's shuffles
     const u64 i = (u64)b * BLOCK + 4 * (lane & 7);
     uint2 h;
-    if (form == KMOE_FORM_FLOAT) {
+    if (form == KMOE_FORM_FLOAT && chain == KMOE_CHAIN_BF16) { // x rounded to BF16, never MXFP8
+        if (!live) return;
+        const float4 v = *(const float4*)&x[i];
+        h = make_uint2(bf16_rne_bits(v.x) | bf16_rne_bits(v.y) << 16, bf16_rne_bits(v.z) | bf16_rne_bits(v.w) << 16);
+    } else if (form == KMOE_FORM_FLOAT) {
         const float4 v = live ? *(const float4*)&x[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         const float f[4] = {v.x, v.y, v.z, v.w};
         h = mxfp8_bf16_lanes8(f, recipe, lane);
@@ -76,9 +80,13 @@ __device__ __forceinline__ void x_bf16_blocks4(const float* __restrict__ x, cons
 // takes that form.
 __device__ __forceinline__ void x_bf16_block(const float* __restrict__ x, const u8* __restrict__ codes,
                                              const u8* __restrict__ scales, u16* __restrict__ out, int form, int recipe,
-                                             int b, int lane) {
+                                             int chain, int b, int lane) {
     u64 i = (u64)b * BLOCK + lane;
     u32 c, s;
+    if (form == KMOE_FORM_FLOAT && chain == KMOE_CHAIN_BF16) { // x rounded to BF16, never MXFP8
+        out[i] = (u16)bf16_rne_bits(x[i]);
+        return;
+    }
     if (form == KMOE_FORM_FLOAT) {
         c = warp_quantize_e4m3(x[i], recipe, &s);
         s = __shfl_sync(0xFFFFFFFFu, s, 0);
@@ -94,7 +102,7 @@ __device__ __forceinline__ void x_bf16_block(const float* __restrict__ x, const 
 template <class A>
 __device__ __forceinline__ void x_bf16_warp4(const A& a, u32 warp) {
     if (4 * warp >= (u32)a.n_blocks) return;
-    x_bf16_blocks4(a.x, a.codes, a.scales, a.out, a.form, a.recipe, (u32)a.n_blocks, 4 * warp, threadIdx.x & 31);
+    x_bf16_blocks4(a.x, a.codes, a.scales, a.out, a.form, a.recipe, a.chain, (u32)a.n_blocks, 4 * warp, threadIdx.x & 31);
 }
 
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_x_bf16(const XBF16Args a) {
@@ -121,7 +129,7 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_x_bf16(con
     }
     int nwarps = (gridDim.x - 1) * (blockDim.x >> 5);
     for (int b = (blockIdx.x - 1) * (blockDim.x >> 5) + (threadIdx.x >> 5); b < a.n_blocks; b += nwarps)
-        x_bf16_block(a.x, a.codes, a.scales, a.out, a.form, a.recipe, b, threadIdx.x & 31);
+        x_bf16_block(a.x, a.codes, a.scales, a.out, a.form, a.recipe, a.chain, b, threadIdx.x & 31);
     if (blockIdx.x == 1) zero_counts(a.ready, a.n_ready);
 }
 
@@ -272,10 +280,11 @@ __device__ __forceinline__ void wg_gemm1_act(const WgGemm1Args& a) {
     wg_k_loop<BN>(acc, s, a.xbf, K, a.w + tile * (K / KMOE_WG_CHUNK_K) * (BN * WG_CHUNK_BYTES));
 
     const float* p = a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE;
-    bool chain_fi = a.chain == KMOE_CHAIN_FLASHINFER;
+    bool chain_fi = a.chain == KMOE_CHAIN_FLASHINFER, bias = a.b1 != nullptr;
     int rcp = chain_fi ? KMOE_RECIPE_RCEIL : a.recipe;
     int wg = threadIdx.x >> 7, w = (threadIdx.x >> 5) & 3, l = threadIdx.x & 31, t = l & 3;
     int f0 = blockIdx.x * F;
+    const float* b1 = fc1_bias_row(a.b1, tl.expert, N);
 #pragma unroll
     for (int h = 0; h < 2; h++) { // rows r and r + 8
         int r = wg * 64 + w * 16 + (l >> 2) + 8 * h;
@@ -291,7 +300,9 @@ __device__ __forceinline__ void wg_gemm1_act(const WgGemm1Args& a) {
 #pragma unroll
                 for (int b = 0; b < 2; b++) {
                     int i = 4 * (4 * bk + jj) + 2 * h + b;
-                    float act = chain_act<-1, true>(a.kind, p, acc[i + F / 2], acc[i], chain_fi);
+                    // accumulator i is feature f0 + 8 (i / 4) + 2t + i % 2
+                    Bias1 bi = bias ? fc1_bias(b1, N, f0 + 8 * (4 * bk + jj) + 2 * t + b) : Bias1{0.0f, 0.0f};
+                    float act = chain_act<-1, true>(a.kind, p, acc[i + F / 2], acc[i], chain_fi, bias, bi);
                     v[2 * jj + b] = act;
                     u32 bits = __float_as_uint(act) & 0x7FFFFFFFu;
                     if (bits > 0x7F800000u) nan = 1;
@@ -301,6 +312,15 @@ __device__ __forceinline__ void wg_gemm1_act(const WgGemm1Args& a) {
             for (int o = 1; o < 4; o <<= 1) {
                 amax = umax(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
                 nan |= __shfl_xor_sync(0xFFFFFFFFu, nan, o);
+            }
+            if (a.chain == KMOE_CHAIN_BF16) { // stored as BF16, no requantization
+                if (!valid) continue;
+#pragma unroll
+                for (int jj = 0; jj < 4; jj++) {
+                    int col = 8 * (4 * bk + jj) + 2 * t;
+                    *(u32*)&a.aqbf[(row * N + f0 + col) * 2] = bf16_rne_bits(v[2 * jj]) | bf16_rne_bits(v[2 * jj + 1]) << 16;
+                }
+                continue;
             }
             u32 sc = block_scale_e4m3(amax, nan != 0, rcp);
             if (!valid) continue;
