@@ -167,10 +167,10 @@ __device__ __forceinline__ void act_requant_blocks4(const ActRequantArgs& a, u32
         }
     }
     const float* p = a.params + (a.n_params == 1 ? 0 : e) * KMOE_PARAM_STRIDE;
-    const float act[4] = {chain_act<KIND>(a.kind, p, v0.y, v0.x, chain_fi, bias, bi[0]),
-                          chain_act<KIND>(a.kind, p, v0.w, v0.z, chain_fi, bias, bi[1]),
-                          chain_act<KIND>(a.kind, p, v1.y, v1.x, chain_fi, bias, bi[2]),
-                          chain_act<KIND>(a.kind, p, v1.w, v1.z, chain_fi, bias, bi[3])};
+    const float act[4] = {chain_act<KIND>(a.kind, p, v0.y, v0.x, a.chain, bias, bi[0]),
+                          chain_act<KIND>(a.kind, p, v0.w, v0.z, a.chain, bias, bi[1]),
+                          chain_act<KIND>(a.kind, p, v1.y, v1.x, a.chain, bias, bi[2]),
+                          chain_act<KIND>(a.kind, p, v1.w, v1.z, a.chain, bias, bi[3])};
     uint2 h;
     if (!PLAIN && a.chain == KMOE_CHAIN_BF16) // stored as BF16, no requantization
         h = make_uint2(bf16_rne_bits(act[0]) | bf16_rne_bits(act[1]) << 16, bf16_rne_bits(act[2]) | bf16_rne_bits(act[3]) << 16);

@@ -256,12 +256,18 @@ __device__ __forceinline__ const float* fc1_bias_row(const float* b1, int e, int
 // (added where bias is set): the flashinfer chain rounds both inputs to
 // BF16 before the bias is added and the result after, as FlashInfer's
 // activation kernel does; the others add the bias to the float32
-// accumulator. KIND: the kind fixed at compile time, or -1 for kind;
+// accumulator. On the mxfp8 chain an infinite accumulator stands for a
+// finite GEMM1 value past float32's range (x saturated to 448 x 2^127
+// under rceil), which the oracle carries exactly: it is taken as the
+// largest float, so that g x sigmoid(g) at g = -inf is the oracle's -0
+// rather than -inf x 0 = NaN (SiTU saturates alike either way and is
+// left as it is). KIND: the kind fixed at compile time, or -1 for kind;
 // CALL: through gated_act_call (kind). Every GEMM1 epilogue and
 // kmoe_act_requant.
 template <int KIND, bool CALL = false>
-__device__ __forceinline__ float chain_act(int kind, const float* p, float gate, float up, bool chain_fi, bool bias = false,
+__device__ __forceinline__ float chain_act(int kind, const float* p, float gate, float up, int chain, bool bias = false,
                                            Bias1 bi = Bias1{0.0f, 0.0f}) {
+    const bool chain_fi = chain == KMOE_CHAIN_FLASHINFER;
     if (chain_fi) {
         up = round_bf16(up);
         gate = round_bf16(gate);
@@ -269,6 +275,11 @@ __device__ __forceinline__ float chain_act(int kind, const float* p, float gate,
     if (bias) {
         up = __fadd_rn(up, bi.up);
         gate = __fadd_rn(gate, bi.gate);
+    }
+    if (KIND < 0 && chain == KMOE_CHAIN_MXFP8 && kind != KMOE_ACT_SITU) {
+        const float big = __uint_as_float(0x7F7FFFFFu); // the largest float
+        up = pmax(pmin(up, big), -big);                  // NaN stays NaN
+        gate = pmax(pmin(gate, big), -big);
     }
     float act;
     if constexpr (CALL) act = gated_act_call(kind, p, gate, up);
@@ -314,7 +325,7 @@ __device__ __forceinline__ void act_requant_store_k(const float (&acc)[NS][4], i
             if (s >= nsub) break;
             for (int h = 0; h < 2; h++) {
                 int tok = s * 8 + 2 * t + h;
-                float act = chain_act<KIND>(kind, p, acc[s][2 + h], acc[s][h], false, bias, bi);
+                float act = chain_act<KIND>(kind, p, acc[s][2 + h], acc[s][h], chain, bias, bi);
                 if (tok < count) *(u16*)&aqbf[((u64)(row0 + tok) * ldn + fw + g) * 2] = (u16)bf16_rne_bits(act);
             }
         }
@@ -325,7 +336,7 @@ __device__ __forceinline__ void act_requant_store_k(const float (&acc)[NS][4], i
     for (int s = 0; s < NS; s++) {
         if (s >= nsub) break;
         for (int h = 0; h < 2; h++) {
-            float act = chain_act<KIND>(kind, p, acc[s][2 + h], acc[s][h], chain_fi, bias, bi);
+            float act = chain_act<KIND>(kind, p, acc[s][2 + h], acc[s][h], chain, bias, bi);
             v[s][h] = act;
             // amax over this warp's 8 features (lanes with equal t), NaN
             // skipped, with bit 31 set if any of them is NaN (no magnitude

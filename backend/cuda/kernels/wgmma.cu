@@ -302,7 +302,7 @@ __device__ __forceinline__ void wg_gemm1_act(const WgGemm1Args& a) {
                     int i = 4 * (4 * bk + jj) + 2 * h + b;
                     // accumulator i is feature f0 + 8 (i / 4) + 2t + i % 2
                     Bias1 bi = bias ? fc1_bias(b1, N, f0 + 8 * (4 * bk + jj) + 2 * t + b) : Bias1{0.0f, 0.0f};
-                    float act = chain_act<-1, true>(a.kind, p, acc[i + F / 2], acc[i], chain_fi, bias, bi);
+                    float act = chain_act<-1, true>(a.kind, p, acc[i + F / 2], acc[i], a.chain, bias, bi);
                     v[2 * jj + b] = act;
                     u32 bits = __float_as_uint(act) & 0x7FFFFFFFu;
                     if (bits > 0x7F800000u) nan = 1;
