@@ -4,10 +4,11 @@
 #
 #   TRITON_KERNELS_SRC=/path/to/triton/python/triton_kernels bash bench/run.sh [OUTDIR]
 #
-# OUTDIR (default bench/results) gets validate_mxfp8.json and
-# validate_flashinfer.json (validate --suite all --require-situ on the GPU
-# backend), bench.json (kimimoe bench, 20 interleaved rounds), the peers'
-# JSONs peer_triton_kernels.json (first) and peer_moe.json, compare.md (kimimoe
+# OUTDIR (default bench/results) gets validate_mxfp8.json,
+# validate_flashinfer.json and validate_bf16.json (validate --suite all
+# --require-situ on the GPU backend), bench.json and bench_bf16.json
+# (kimimoe bench on the mxfp8 and bf16 chains, 20 interleaved rounds), the
+# peers' JSONs peer_triton_kernels.json (first) and peer_moe.json, compare.md (kimimoe
 # compare: per M, each peer / kimimoe) and bench.svg (kimimoe plot), and
 # run.log. The kimimoe command is built with go when go is on PATH, else
 # taken from $KIMIMOE or PATH.
@@ -27,13 +28,15 @@ step() { echo "== $* (t=$(($(date +%s) - t0)) s)"; }
 date -u
 "$km" --version
 nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv,noheader
-for chain in mxfp8 flashinfer; do
+for chain in mxfp8 flashinfer bf16; do
   step "validate, $chain chain"
   "$km" validate --backend cuda --suite all --require-situ --chain "$chain" --json "$out/validate_$chain.json" | tail -1
 done
 ms=1,2,4,8,16,32,128,256,512,1024,2048,8192
 step "kimimoe bench"
 "$km" bench --backend cuda --m "$ms" --rounds 20 --json "$out/bench.json" || exit 1
+step "kimimoe bench, bf16 chain (W4A16)"
+"$km" bench --backend cuda --m "$ms" --rounds 20 --chain bf16 --json "$out/bench_bf16.json" || exit 1
 peer=$(mktemp -d)
 peers=
 # The production peer first, while the device is as the bench left it.
