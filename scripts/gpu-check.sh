@@ -7,9 +7,9 @@
 # of the sm_90 and sm_120a bodies), kimimoe (the command) and the examples.
 # Copy the repository with .gpu/ to the GPU machine and run there:
 #   bash scripts/gpu-check.sh verify
-# the tests, validate over the matrix on every path (both chains; without
+# the tests, validate over the matrix on every path (all three chains; without
 # the wgmma-fp4 path; with the small tiles and the activation kernel at
-# every M) and compute-sanitizer's memcheck and racecheck on the smoke
+# every M), GPT-OSS SwiGLU, and compute-sanitizer's memcheck and racecheck on the smoke
 # suite; everything goes to $OUT (default /tmp/kimimoe-out): verify.log,
 # cuda_test.log and the validate JSONs. The published figures come from
 # bench/run.sh. On a machine with two GPUs (NCCL):
@@ -61,8 +61,12 @@ log="$OUT/$1.log"
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; } 2>&1 | tee "$log"
 (cd backend/cuda && timeout 420 ../../.gpu/cuda.test -test.v -test.timeout 400s 2>&1) > "$OUT/cuda_test.log"
 grep -E "^(--- |ok|FAIL|PASS)|cubin|rror|panic" "$OUT/cuda_test.log" | head -40 | tee -a "$log"
-for chain in mxfp8 flashinfer; do
+for chain in mxfp8 flashinfer bf16; do
   timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ --chain "$chain" --json "$OUT/validate_situ_$chain.json" 2>&1 | tee -a "$log" | tail -1
+done
+# GPT-OSS's activation (with the smoke suite's bias cases) on every chain.
+for chain in mxfp8 flashinfer bf16; do
+  timeout 60 .gpu/kimimoe validate --backend cuda --suite smoke --activation swiglu_oai --chain "$chain" 2>&1 | tee -a "$log" | tail -1
 done
 # The small tiles on the wgmma loop, launched without programmatic
 # dependence (its summary line in the log).
@@ -76,8 +80,10 @@ timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ --tu
 timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ --tune fp4-max-m=-1,decode-max-m=-1,wgmma-min-m=1 2>&1 | tee -a "$log" | tail -1
 timeout 60 .gpu/kimimoe validate --backend cuda --suite smoke --activation swiglu_oai --recipe floor 2>&1 | tee -a "$log" | tail -1
 for tool in memcheck racecheck; do
-  timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 .gpu/kimimoe validate --backend cuda --suite smoke --runs 1 > /tmp/san.txt 2>&1
-  echo "compute-sanitizer $tool on validate --suite smoke (default paths: wgmma-fp4 on sm_90): exit $?" | tee -a "$log"; tail -2 /tmp/san.txt | tee -a "$log"
+  for chain in mxfp8 bf16; do
+    timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 .gpu/kimimoe validate --backend cuda --suite smoke --chain $chain --runs 1 > /tmp/san.txt 2>&1
+    echo "compute-sanitizer $tool on validate --suite smoke --chain $chain (default paths: wgmma-fp4 on sm_90): exit $? (9: errors found)" | tee -a "$log"; tail -2 /tmp/san.txt | tee -a "$log"
+  done
 done
 # GEMM1's activation kernel at every M (it and GEMM1's store for it use no
 # shared memory, so memcheck).
