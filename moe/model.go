@@ -53,3 +53,21 @@ func (m Model) Validate() error {
 	}
 	return m.Params.Validate(m.Activation)
 }
+
+// GPTOSS120B returns GPT-OSS-120B's MoE layer, as read from its
+// config.json: hidden and expert intermediate widths 2880 (multiples of
+// 32, not of 128), 128 experts, top-4, the clamped SwiGLU (SwigluBias:
+// alpha 1.702, beta 1, limit 7) with FC1 and FC2 biases, and a softmax
+// over the chosen experts' logits (the softmax over all, renormalized).
+func GPTOSS120B() Model {
+	return Model{Name: "gpt-oss-120b", K: 2880, N: 2880, NumExperts: 128, TopK: 4, Activation: activation.SwigluBias,
+		Params: activation.DefaultParams(), Scoring: ScoringSoftmax, Renormalize: true}
+}
+
+// GPTOSS20B returns GPT-OSS-20B's MoE layer: GPT-OSS-120B's with 32
+// experts.
+func GPTOSS20B() Model {
+	m := GPTOSS120B()
+	m.Name, m.NumExperts = "gpt-oss-20b", 32
+	return m
+}

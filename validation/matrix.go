@@ -18,8 +18,17 @@ func KimiEP32Rank7(act activation.Kind, chain moe.Chain, recipe mxfp.Recipe) Cas
 		Activation: act, Chain: chain, Recipe: recipe, WeightSeed: 3584}
 }
 
+// GPTOSS is the shape of a GPT-OSS model's whole MoE layer on one rank
+// (moe.GPTOSS120B, moe.GPTOSS20B): every expert local, top-4, its clamped
+// SwiGLU with FC biases, weights from seed 2880 (plus the expert count).
+// Callers set Name, M and Seed.
+func GPTOSS(m moe.Model, chain moe.Chain, recipe mxfp.Recipe) CaseSpec {
+	return CaseSpec{K: m.K, N: m.N, ELocal: m.NumExperts, TopK: m.TopK, Activation: m.Activation, Biases: true,
+		Params: []activation.Params{m.Params}, Chain: chain, Recipe: recipe, WeightSeed: 2880 + uint64(m.NumExperts)}
+}
+
 // Suites names the validation suites.
-var Suites = []string{"smoke", "real", "large", "all"}
+var Suites = []string{"smoke", "real", "large", "all", "gpt-oss"}
 
 // ValidationMatrix returns the cases of a suite (docs/CONTRACT.md "The
 // validation matrix", from the SM120 work's test matrix) for one activation, chain and
@@ -37,6 +46,10 @@ var Suites = []string{"smoke", "real", "large", "all"}
 //	large  the real shape at M = 512, 2048, 8192, and with FC biases at
 //	       1024; the oracle checks 32 seeded rows of each.
 //	all    smoke + real + large.
+//	gpt-oss  GPT-OSS-120B's and GPT-OSS-20B's layers (GPTOSS: K = N =
+//	       2880, 128 and 32 experts, top-4) at M = 1, 32 and 512 (32
+//	       seeded rows), with their own activation (swiglu_oai, act is
+//	       not used) and FC biases. Not part of all: 1.6 GB of weights.
 func ValidationMatrix(suite string, act activation.Kind, chain moe.Chain, recipe mxfp.Recipe) ([]CaseSpec, error) {
 	base := CaseSpec{Activation: act, Chain: chain, Recipe: recipe, K: 256, N: 128, ELocal: 8, TopK: 4, WeightSeed: 1}
 	var smoke []CaseSpec
@@ -105,6 +118,19 @@ func ValidationMatrix(suite string, act activation.Kind, chain moe.Chain, recipe
 		return large, nil
 	case "all":
 		return append(append(smoke, realCases...), large...), nil
+	case "gpt-oss":
+		var cases []CaseSpec
+		for _, model := range []moe.Model{moe.GPTOSS120B(), moe.GPTOSS20B()} {
+			for _, m := range []int{1, 32, 512} {
+				s := GPTOSS(model, chain, recipe)
+				s.Name, s.M, s.Seed = fmt.Sprintf("%s_m%d", model.Name, m), m, uint64(2880+m)
+				if m == 512 {
+					s.SampleRows = 32
+				}
+				cases = append(cases, s)
+			}
+		}
+		return cases, nil
 	}
-	return nil, fmt.Errorf("moe: unknown suite %q (want smoke, real, large or all)", suite)
+	return nil, fmt.Errorf("moe: unknown suite %q (want smoke, real, large, all or gpt-oss)", suite)
 }

@@ -190,6 +190,13 @@ func newFlags(name, synopsis string) *flagSet {
 	return fs
 }
 
+// set reports whether the flag name was given on the command line.
+func (fs *flagSet) set(name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
+}
+
 func parse(fs *flagSet, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

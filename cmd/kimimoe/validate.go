@@ -52,6 +52,12 @@ func runValidate(args []string) error {
 	if !validSuite(*suite) {
 		return usagef("unknown suite %q (want %s)", *suite, strings.Join(validation.Suites, ", "))
 	}
+	if *suite == "gpt-oss" { // the models' own activation (validation.GPTOSS)
+		if fs.set("activation") && act != activation.SwigluBias {
+			return usagef("--suite gpt-oss runs GPT-OSS's own activation, swiglu_oai: drop --activation %s", act)
+		}
+		act = activation.SwigluBias
+	}
 	if *runs < 1 || *runs > 100 {
 		return usagef("--runs %d: want 1 to 100", *runs)
 	}
