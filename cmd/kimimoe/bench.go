@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"kimimoe/activation"
@@ -72,6 +73,7 @@ func runBench(args []string) error {
 	tune := addTuneFlag(fs)
 	kFlag := fs.Int("k", 0, "hidden size K of the benched layer (0: Kimi's 3584); a small K and N measure the forward's fixed costs")
 	nFlag := fs.Int("n", 0, "intermediate size N of the benched layer (0: Kimi's 3072)")
+	shapeName := fs.String("shape", "kimi", "the benched layer: kimi (Kimi-K3 EP32 rank 7, SiTU), gpt-oss-120b or gpt-oss-20b (the whole layer on one GPU, swiglu_oai with FC biases)")
 	gf := addGroupFlags(fs, "replicated, dispatch, both", "both")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -83,6 +85,10 @@ func runBench(args []string) error {
 	chain, err := moe.ParseChain(*chainName)
 	if err != nil {
 		return asUsage(err)
+	}
+	shape, err := benchShape(*shapeName, chain)
+	if err != nil {
+		return err
 	}
 	for _, d := range []struct {
 		flag string
@@ -113,8 +119,8 @@ func runBench(args []string) error {
 		if gf.perRank {
 			return usagef("bench --devices runs all devices from one process (unset RANK/WORLD_SIZE)")
 		}
-		if *kFlag != 0 || *nFlag != 0 {
-			return usagef("--k and --n: not with --devices (it benches the Kimi shape)")
+		if *kFlag != 0 || *nFlag != 0 || *shapeName != "kimi" {
+			return usagef("--k, --n and --shape: not with --devices (it benches the Kimi shape)")
 		}
 		if len(ms) > 16 || *rounds < 1 || *warmup < 0 {
 			return usagef("--m: at most 16 token counts; --rounds at least 1, --warmup at least 0")
@@ -149,8 +155,7 @@ func runBench(args []string) error {
 		return fmt.Errorf("backend %q cannot measure device bandwidth; bench needs a GPU backend", *name)
 	}
 
-	kimi := moe.KimiK3()
-	spec := validation.KimiEP32Rank7(activation.Situ, chain, mxfp.RecipeRCeil)
+	spec := shape.spec
 	if *kFlag != 0 {
 		spec.K = *kFlag
 	}
@@ -158,7 +163,7 @@ func runBench(args []string) error {
 		spec.N = *nFlag
 	}
 	p := newProgress()
-	p.update("generating EP32 rank-7 weights (28 experts, K=%d, N=%d)", spec.K, spec.N)
+	p.update("generating the %s weights (%d experts, K=%d, N=%d)", shape.name, spec.ELocal, spec.K, spec.N)
 	w, err := validation.GenerateWeights(&spec)
 	if err != nil {
 		p.done()
@@ -182,7 +187,7 @@ func runBench(args []string) error {
 		p.done()
 		return fmt.Errorf("backend %q cannot time a forward on a device", *name)
 	}
-	perExpert := int64(len(w.W31)+len(w.W31Scale)+len(w.W2)+len(w.W2Scale)) / int64(w.E)
+	perExpert := int64(len(w.W31)+len(w.W31Scale)+len(w.W2)+len(w.W2Scale)+4*len(w.W31Bias)+4*len(w.W2Bias)) / int64(w.E)
 	rows := make([]benchRow, len(ms))
 	for j, m := range ms {
 		s := spec
@@ -251,12 +256,11 @@ func runBench(args []string) error {
 		return err
 	}
 	fmt.Fprintf(out, "kimimoe bench: backend %s (%s), %s\n", b.Name(), b.Capabilities().Device, time.Now().UTC().Format("2006-01-02"))
-	shape := "Kimi EP32 rank 7"
-	if spec.K != kimi.K || spec.N != kimi.N {
-		shape = "Kimi EP32 rank 7 routing at a smaller layer"
+	title := shape.title
+	if spec.K != shape.spec.K || spec.N != shape.spec.N {
+		title += " routing at a smaller layer"
 	}
-	fmt.Fprintf(out, "shape: %s, K=%d N=%d, 28 local experts, top-%d with 8 slots local, SiTU, chain %v, rceil; graph=%v\n",
-		shape, spec.K, spec.N, spec.TopK, chain, *graph)
+	fmt.Fprintf(out, "shape: %s, %s; graph=%v\n", title, describeSpec(&spec), *graph)
 	fmt.Fprintf(out, "floor = max(bytes / %.2f TB/s (copy, measured now), FLOPs / %.0f TFLOP/s (FP8 peak, torch._scaled_mm on the H200)); median of %d interleaved rounds (%s) in %.1fs\n",
 		bw/1e12, *peak, *rounds, timing, time.Since(start).Seconds())
 	fmt.Fprintf(out, "%6s %8s %8s %10s %10s %10s %9s %9s %9s %8s  %s\n", "M", "experts", "MB", "median ms", "min ms", "max ms", "GB/s", "TFLOP/s", "floor ms", "x floor", "path")
@@ -309,7 +313,7 @@ func runBench(args []string) error {
 		if err != nil {
 			return err
 		}
-		doc := benchDoc{Backend: b.Name(), Device: b.Capabilities().Device, Date: time.Now().UTC().Format(time.RFC3339), Rows: rows}
+		doc := benchDoc{Backend: b.Name(), Device: b.Capabilities().Device, Date: time.Now().UTC().Format(time.RFC3339), Shape: title, Rows: rows}
 		data, err := drawPlot(plotFmt, &doc, peers)
 		if err != nil {
 			return err
@@ -320,6 +324,7 @@ func runBench(args []string) error {
 	}
 	if *jsonPath != "" {
 		doc := map[string]any{"backend": b.Name(), "device": b.Capabilities().Device, "date": time.Now().UTC().Format(time.RFC3339), "k": spec.K, "n": spec.N,
+			"shape": title, "biases": spec.Biases, "activation": spec.Activation.String(),
 			"copy_bandwidth_bytes_per_s": bw, "fp8_peak_tflops": *peak, "graph": *graph, "chain": chain.String(), "rounds": *rounds, "timing": timing, "rows": rows}
 		data, err := json.MarshalIndent(doc, "", "  ")
 		if err != nil {
@@ -330,4 +335,39 @@ func runBench(args []string) error {
 		}
 	}
 	return nil
+}
+
+// A benched layer: its --shape name, the title bench prints and plots,
+// and the case spec its weights and inputs come from.
+type benchLayer struct {
+	name, title string
+	spec        validation.CaseSpec
+}
+
+// benchShape is the layer --shape names, on chain.
+func benchShape(name string, chain moe.Chain) (benchLayer, error) {
+	switch name {
+	case "kimi":
+		return benchLayer{name, "Kimi EP32 rank 7", validation.KimiEP32Rank7(activation.Situ, chain, mxfp.RecipeRCeil)}, nil
+	case "gpt-oss-120b", "gpt-oss-20b":
+		m := moe.GPTOSS120B()
+		if name == "gpt-oss-20b" {
+			m = moe.GPTOSS20B()
+		}
+		return benchLayer{name, strings.ToUpper(name[:3]) + name[3:] + " (whole layer)", validation.GPTOSS(m, chain, mxfp.RecipeRCeil)}, nil
+	}
+	return benchLayer{}, usagef("--shape %q: want kimi, gpt-oss-120b or gpt-oss-20b", name)
+}
+
+// describeSpec is the header's account of a benched layer's shape.
+func describeSpec(s *validation.CaseSpec) string {
+	slots := ""
+	if s.LocalSlots > 0 {
+		slots = fmt.Sprintf(" with %d slots local", s.LocalSlots)
+	}
+	biases := ""
+	if s.Biases {
+		biases = " with FC biases"
+	}
+	return fmt.Sprintf("K=%d N=%d, %d local experts, top-%d%s, %v%s, chain %v, %v", s.K, s.N, s.ELocal, s.TopK, slots, s.Activation, biases, s.Chain, s.Recipe)
 }

@@ -557,3 +557,23 @@ var smokeCases = func() int {
 	}
 	return len(smoke)
 }()
+
+// bench --shape names one of three layers; anything else, or a GPT-OSS
+// shape with --devices, is a usage error before any device is opened.
+func TestBenchShapeFlag(t *testing.T) {
+	for _, args := range [][]string{{"--shape", "gpt-oss"}, {"--shape", "gpt-oss-120b", "--devices", "2"}} {
+		if err := runBench(args); !errors.As(err, new(usageError)) {
+			t.Errorf("bench %v: %v, want a usage error", args, err)
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		e, topk int
+		biases  bool
+	}{{"kimi", 28, 16, false}, {"gpt-oss-120b", 128, 4, true}, {"gpt-oss-20b", 32, 4, true}} {
+		l, err := benchShape(c.name, moe.ChainBF16)
+		if err != nil || l.spec.ELocal != c.e || l.spec.TopK != c.topk || l.spec.Biases != c.biases || l.spec.Chain != moe.ChainBF16 {
+			t.Errorf("--shape %s: %+v, %v", c.name, l.spec, err)
+		}
+	}
+}

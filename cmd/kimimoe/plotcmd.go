@@ -25,6 +25,7 @@ type benchDoc struct {
 	K       int        `json:"k,omitempty"` // absent in files from before bench --k: Kimi's
 	N       int        `json:"n,omitempty"`
 	Timing  string     `json:"timing,omitempty"` // how bench timed (absent in files written before the field: docs/PERF.md says)
+	Shape   string     `json:"shape,omitempty"`  // the benched layer (absent before bench --shape: Kimi EP32 rank 7)
 	Rows    []benchRow `json:"rows"`
 }
 
@@ -248,7 +249,11 @@ var palette = []color.Color{color.RGBA{31, 119, 180, 255}, color.RGBA{110, 110, 
 // both axes logarithmic, and returns the file's bytes in format.
 func drawPlot(format string, doc *benchDoc, peers []*peerDoc) ([]byte, error) {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("kimimoe %s on %s, %.10s", doc.Backend, doc.Device, doc.Date)
+	shape := doc.Shape
+	if shape == "" {
+		shape = "Kimi EP32 rank 7"
+	}
+	p.Title.Text = fmt.Sprintf("kimimoe %s, %s, on %s, %.10s", doc.Backend, shape, doc.Device, doc.Date)
 	p.X.Label.Text = "tokens M"
 	p.Y.Label.Text = "ms per forward (CUDA graph)"
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
