@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 
+	"kimimoe/activation"
 	"kimimoe/moe"
 )
 
@@ -35,9 +36,30 @@ func KimiK3() Model {
 	}
 }
 
+// GPTOSS120B returns GPT-OSS-120B's shapes, as read from its
+// config.json: the MoE layer of moe.GPTOSS120B (hidden 2880 is also the
+// MoE input), 36 layers, every one MoE, no MLA and no shared expert.
+func GPTOSS120B() Model {
+	return Model{Model: moe.GPTOSS120B(), Hidden: 2880, NumLayers: 36}
+}
+
+// DeepSeekV3 returns DeepSeek-V3's shapes, as read from its config.json:
+// hidden 7168 (the MoE input), moe_intermediate_size 2048, 256 routed
+// experts, top-8, SwiGLU, a sigmoid router with renormalized weights, 61
+// layers with first_k_dense_replace 3, MLA latent 1536 + 512 + 64 on
+// every layer, one shared expert reduced at the hidden width.
+func DeepSeekV3() Model {
+	return Model{
+		Model: moe.Model{Name: "deepseek-v3", K: 7168, N: 2048, NumExperts: 256, TopK: 8, Activation: activation.Swiglu,
+			Params: activation.DefaultParams(), Scoring: moe.ScoringSigmoid, Renormalize: true},
+		Hidden: 7168, NumLayers: 61, FirstKDenseReplace: 3, SharedExpertWidth: 7168,
+		QLoraRank: 1536, KVLoraRank: 512, QKRopeHeadDim: 64, MLALayers: 61,
+	}
+}
+
 // Models lists the presets by name.
 func Models() map[string]Model {
-	return map[string]Model{"kimi-k3": KimiK3()}
+	return map[string]Model{"kimi-k3": KimiK3(), "gpt-oss-120b": GPTOSS120B(), "deepseek-v3": DeepSeekV3()}
 }
 
 // MoELayers is the number of layers that run the MoE.

@@ -408,13 +408,13 @@ func TestDevicesFlags(t *testing.T) {
 }
 
 // plan --ep-layer-devices: two GPUs all-reduce the [M, K] float32 output,
-// each sending M*K*4 bytes (8192 x 3584 x 4 = 117.44 MB); experts that do
+// each sending M*K*4 bytes (8192 x 3584 x 4 = 112.00 MiB); experts that do
 // not divide over the GPUs are a usage error.
 func TestPlanEPLayer(t *testing.T) {
 	out, err := capture(t, func() error {
 		return runPlan([]string{"--ep-layer-devices", "2", "--tokens", "8192", "--link-gbps", "100"})
 	})
-	if err != nil || !strings.Contains(out, "replicated (all-reduce)                  117.44 MB sent per GPU    1.1744 ms at 100 GB/s") {
+	if err != nil || !strings.Contains(out, "replicated (all-reduce)                  112.00 MiB sent per GPU    1.1744 ms at 100 GB/s") {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	_, err = capture(t, func() error { return runPlan([]string{"--ep-layer-devices", "3"}) })
@@ -574,6 +574,24 @@ func TestBenchShapeFlag(t *testing.T) {
 		l, err := benchShape(c.name, moe.ChainBF16)
 		if err != nil || l.spec.ELocal != c.e || l.spec.TopK != c.topk || l.spec.Biases != c.biases || l.spec.Chain != moe.ChainBF16 {
 			t.Errorf("--shape %s: %+v, %v", c.name, l.spec, err)
+		}
+	}
+}
+
+// plan --a2a models each preset's all-to-all; a bad --dispatch or an EP
+// that does not divide the experts is a usage error.
+func TestPlanAllToAll(t *testing.T) {
+	for _, m := range []string{"kimi-k3", "gpt-oss-120b", "deepseek-v3"} {
+		out, err := capture(t, func() error {
+			return runPlan([]string{"--a2a", "--model", m, "--ep", "8", "--tokens", "4096", "--link-gbps", "50", "--latency-us", "10"})
+		})
+		if err != nil || !strings.Contains(out, "other ranks (de-duplicated per rank") || !strings.Contains(out, "comm per step") {
+			t.Errorf("plan --a2a --model %s: %v\n%s", m, err, out)
+		}
+	}
+	for _, args := range [][]string{{"--a2a", "--dispatch", "int4"}, {"--a2a", "--ep", "5"}, {"--a2a", "--latency-us", "-1"}} {
+		if _, err := capture(t, func() error { return runPlan(args) }); !errors.As(err, new(usageError)) {
+			t.Errorf("plan %v: %v, want a usage error", args, err)
 		}
 	}
 }

@@ -25,7 +25,11 @@ func runPlan(args []string) error {
 	asJSON := fs.Bool("json", false, "print JSON instead of tables")
 	epDevices := fs.Int("ep-layer-devices", 0, "instead: model one MoE layer of --ep-layer-experts spread over this many GPUs (kimimoe bench --devices): bytes each GPU sends per mode")
 	epExperts := fs.Int("ep-layer-experts", 56, "with --ep-layer-devices: the layer's experts (top-k from --model)")
-	linkGBps := fs.Float64("link-gbps", 0, "with --ep-layer-devices: also the time at this bus bandwidth, GB/s (NCCL all-reduce busbw)")
+	linkGBps := fs.Float64("link-gbps", 0, "with --ep-layer-devices or --a2a: also the time at this bandwidth, GB/s each way per rank (NCCL busbw for the all-reduce)")
+	a2a := fs.Bool("a2a", false, "instead: model the MoE as SGLang's DeepEP deployments run it: --ep ranks, each with its own --tokens per prefill step and --decode-tokens per decode step, all-to-all dispatch and combine")
+	decodeTokens := fs.Int("decode-tokens", 128, "with --a2a: tokens per rank per decode step")
+	latencyUS := fs.Float64("latency-us", 0, "with --a2a and --link-gbps: fixed cost of each dispatch and combine, microseconds")
+	dispatchFmt := fs.String("dispatch", "fp8", "with --a2a: dispatched x as fp8 (1 byte + a float32 scale per 128, DeepEP's) or bf16")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -38,6 +42,9 @@ func runPlan(args []string) error {
 		}
 		sort.Strings(names)
 		return usagef("unknown model %q (known: %s)", *model, strings.Join(names, ", "))
+	}
+	if *a2a {
+		return printAllToAll(m, d, *decodeTokens, *dispatchFmt, *linkGBps, *latencyUS)
 	}
 	if *epDevices > 0 {
 		return printEPLayer(m, plan.EPLayer{Devices: *epDevices, Tokens: d.Tokens, Hidden: m.K, TopK: m.TopK, Experts: *epExperts}, *linkGBps)
@@ -87,6 +94,9 @@ func printPlan(m plan.Model, p *plan.Plan) {
 			fmt.Printf("  %-44s %6d %-18s %9s %10s %5.1f%%\n", c.Name, c.Count, msg, size, gib(c.StepBytes), 100*c.Share)
 		}
 	}
+	if m.MLALatent() == 0 {
+		return // the alternatives feed MLA's latent
+	}
 	fmt.Printf("\nRing traffic per rank at each attention input (H=%d, L=%d, n=%d)\n", m.Hidden, m.MLALatent(), d.TP)
 	for _, a := range p.Alternatives {
 		fmt.Printf("  %-60s %-7s %6d units  %+6.1f%%  %s/rank\n", a.Name, a.Formula, a.Units, 100*a.Change, mib(a.RankBytes))
@@ -109,11 +119,67 @@ func printEPLayer(m plan.Model, l plan.EPLayer, linkGBps float64) error {
 		name  string
 		bytes float64
 	}{{"replicated (all-reduce)", l.ReplicatedBytes()}, {"dispatch (MXFP8 out, partials back)", l.DispatchBytes()}} {
-		fmt.Printf("  %-36s %10.2f MB sent per GPU", row.name, row.bytes/1e6)
+		fmt.Printf("  %-36s %10.2f MiB sent per GPU", row.name, row.bytes/(1<<20))
 		if linkGBps > 0 {
 			fmt.Printf("  %8.4f ms at %.0f GB/s", plan.Seconds(row.bytes, linkGBps*1e9)*1e3, linkGBps)
 		}
 		fmt.Println()
+	}
+	return nil
+}
+
+// printAllToAll prints the all-to-all model of m's MoE over d.EP ranks:
+// what each rank sends per layer and per step, its expert weights, and
+// the communication time of a prefill and a decode step at the link.
+func printAllToAll(m plan.Model, d plan.Deployment, decodeTokens int, dispatch string, linkGBps, latencyUS float64) error {
+	el := map[string]float64{"fp8": plan.DispatchFP8, "bf16": 2}[dispatch]
+	if el == 0 {
+		return usagef("--dispatch %q: want fp8 or bf16", dispatch)
+	}
+	if linkGBps < 0 || latencyUS < 0 || decodeTokens < 0 {
+		return usagef("--link-gbps, --latency-us and --decode-tokens must not be negative")
+	}
+	steps := []struct {
+		name   string
+		tokens int
+	}{{"prefill", d.Tokens}, {"decode", decodeTokens}}
+	var rows []plan.AllToAll
+	for _, st := range steps {
+		a := plan.AllToAll{EP: d.EP, TokensPerRank: st.tokens, Hidden: m.K, TopK: m.TopK, NumExperts: m.NumExperts,
+			DispatchBytes: el, CombineBytes: plan.CombineBF16}
+		if err := a.Validate(); err != nil {
+			return asUsage(err)
+		}
+		rows = append(rows, a)
+	}
+	a := rows[0]
+	layers := m.MoELayers()
+	fmt.Printf("%s: MoE input %d, %d experts, top-%d, %d MoE layers; EP%d all-to-all (DeepEP-style), %d experts a rank\n",
+		m.Name, m.K, m.NumExperts, m.TopK, layers, d.EP, m.NumExperts/d.EP)
+	fmt.Printf("  a token goes to %.2f other ranks (de-duplicated per rank; %.2f of its slots are remote), uniform routing\n",
+		a.RemoteRanks(), a.RemoteSlots())
+	fmt.Printf("  dispatch %s: %.4g bytes an element; combine bf16: 2 bytes an element\n", dispatch, el)
+	wb := plan.ExpertWeightBytes(m.Model, d.EP)
+	fmt.Printf("  routed expert weights a rank (MXFP4 with E8M0 scales): %s a layer, %s for the %d MoE layers\n", mib(wb), gib(wb*int64(layers)), layers)
+	fmt.Println("MiB = 2^20 bytes; sent = what one rank sends (it receives as much, on average)")
+	fmt.Printf("  %-8s %8s %14s %14s %16s", "step", "tokens", "dispatch/layer", "combine/layer", "sent per step")
+	if linkGBps > 0 {
+		fmt.Printf(" %14s", "comm per step")
+	}
+	fmt.Println()
+	link := plan.Link{Bandwidth: linkGBps * 1e9, Latency: latencyUS * 1e-6}
+	for i, r := range rows {
+		dis, com := r.DispatchRankBytes(), r.CombineRankBytes()
+		fmt.Printf("  %-8s %8d %10.2f MiB %10.2f MiB %12.2f MiB", steps[i].name, r.TokensPerRank, dis/(1<<20), com/(1<<20),
+			float64(layers)*(dis+com)/(1<<20))
+		if linkGBps > 0 {
+			t := float64(layers) * (link.Seconds(dis) + link.Seconds(com))
+			fmt.Printf(" %11.3f ms", t*1e3)
+		}
+		fmt.Println()
+	}
+	if linkGBps > 0 {
+		fmt.Printf("  comm per step = MoE layers x (2 x %.1f us + (dispatch + combine) / %.0f GB/s); no overlap with compute\n", latencyUS, linkGBps)
 	}
 	return nil
 }
