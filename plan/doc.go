@@ -34,4 +34,17 @@
 // must keep the hidden all-reduce and add the latent all-gather: 2H + L.
 // Bytes per rank for a deployment multiply by tokens, dtype bytes and
 // (n-1)/n.
+//
+// # The all-to-all model (AllToAll)
+//
+// As SGLang's DeepEP deployments run the MoE: each of EP ranks holds
+// E/EP experts and its own tokens; a token is dispatched once to every
+// other rank that owns one of its top-k experts and combined back from
+// it. Under uniform routing of top-k distinct experts a given rank owns
+// none of a token's with probability C(E - E/EP, k) / C(E, k), so a token
+// reaches (EP - 1)(1 - that) other ranks (checked against an exhaustive
+// enumeration). A rank sends tokens x that x hidden elements each way:
+// FP8 with a float32 scale per 128 elements out (1.03125 bytes, DeepEP's
+// dispatch), BF16 back. The time adds a fixed latency per dispatch and
+// combine to the bytes over the link's bandwidth, with no overlap.
 package plan
