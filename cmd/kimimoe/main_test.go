@@ -12,8 +12,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"kimimoe/activation"
+	"kimimoe/backend"
 	"kimimoe/checkpoint"
 	"kimimoe/moe"
 	"kimimoe/mxfp"
@@ -593,5 +595,16 @@ func TestPlanAllToAll(t *testing.T) {
 		if _, err := capture(t, func() error { return runPlan(args) }); !errors.As(err, new(usageError)) {
 			t.Errorf("plan %v: %v, want a usage error", args, err)
 		}
+	}
+}
+
+// The summary counts unsupported cases apart from failures.
+func TestValidateSummary(t *testing.T) {
+	res := []backend.Result{{Status: backend.StatusPass}, {Status: backend.StatusUnsupported}, {Status: backend.StatusFail}}
+	if got, want := validateSummary(res, "cuda", 1500*time.Millisecond), "validate: 1 of 3 cases passed, 1 unsupported by backend cuda (the go backend runs them) in 1.5s"; got != want {
+		t.Errorf("%q, want %q", got, want)
+	}
+	if got := validateSummary(res[:1], "go", 0); got != "validate: 1 of 1 cases passed in 0.0s" {
+		t.Errorf("%q", got)
 	}
 }

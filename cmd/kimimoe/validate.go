@@ -104,7 +104,7 @@ func runValidate(args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "validate: %d of %d cases passed in %.1fs\n", passed, len(res), time.Since(start).Seconds())
+	fmt.Fprintln(out, validateSummary(res, b.Name(), time.Since(start)))
 	if *jsonPath != "" {
 		doc := map[string]any{"backend": b.Name(), "device": b.Capabilities().Device, "suite": *suite,
 			"activation": act.String(), "chain": chain.String(), "recipe": recipe.String(),
@@ -213,4 +213,24 @@ func writeSuiteCases(dir, suite string, act activation.Kind, chain moe.Chain, re
 	}
 	fmt.Printf("validate: wrote %d cases of suite %s to %s (kimimoe check --dir %s checks them)\n", len(specs), suite, dir, dir)
 	return nil
+}
+
+// validateSummary is validate's last line: the cases passed, and apart
+// those the backend refused as unsupported, which are not failures of its
+// arithmetic.
+func validateSummary(res []backend.Result, name string, took time.Duration) string {
+	passed, unsupported := 0, 0
+	for _, r := range res {
+		switch {
+		case r.Passed():
+			passed++
+		case r.Status == backend.StatusUnsupported:
+			unsupported++
+		}
+	}
+	note := ""
+	if unsupported > 0 {
+		note = fmt.Sprintf(", %d unsupported by backend %s (the go backend runs them)", unsupported, name)
+	}
+	return fmt.Sprintf("validate: %d of %d cases passed%s in %.1fs", passed, len(res), note, took.Seconds())
 }
