@@ -591,7 +591,16 @@ func TestPlanAllToAll(t *testing.T) {
 			t.Errorf("plan --a2a --model %s: %v\n%s", m, err, out)
 		}
 	}
-	for _, args := range [][]string{{"--a2a", "--dispatch", "int4"}, {"--a2a", "--ep", "5"}, {"--a2a", "--latency-us", "-1"}} {
+	// A custom shape: 64 experts, top-2 over 2 ranks, 1 layer: a token reaches
+	// the other rank unless both experts are home, 1 - C(32,2)/C(64,2) =
+	// 1 - 496/2016 of the time.
+	out, err := capture(t, func() error {
+		return runPlan([]string{"--a2a", "--experts", "64", "--topk", "2", "--moe-input", "1024", "--intermediate", "512", "--moe-layers", "1", "--ep", "2"})
+	})
+	if want := fmt.Sprintf("a token goes to %.2f other ranks", 1-496.0/2016); err != nil || !strings.Contains(out, want) || !strings.Contains(out, "custom (kimi-k3 with flags): MoE input 1024, 64 experts, top-2, 1 MoE layers") {
+		t.Errorf("custom shape: %v\n%s", err, out)
+	}
+	for _, args := range [][]string{{"--a2a", "--dispatch", "int4"}, {"--a2a", "--ep", "5"}, {"--a2a", "--latency-us", "-1"}, {"--a2a", "--experts", "-4"}, {"--a2a", "--topk", "900"}} {
 		if _, err := capture(t, func() error { return runPlan(args) }); !errors.As(err, new(usageError)) {
 			t.Errorf("plan %v: %v, want a usage error", args, err)
 		}

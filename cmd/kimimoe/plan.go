@@ -30,6 +30,12 @@ func runPlan(args []string) error {
 	decodeTokens := fs.Int("decode-tokens", 128, "with --a2a: tokens per rank per decode step")
 	latencyUS := fs.Float64("latency-us", 0, "with --a2a and --link-gbps: fixed cost of each dispatch and combine, microseconds")
 	dispatchFmt := fs.String("dispatch", "fp8", "with --a2a: dispatched x as fp8 (1 byte + a float32 scale per 128, DeepEP's) or bf16")
+	var custom struct{ experts, topk, input, n, layers int }
+	fs.IntVar(&custom.experts, "experts", 0, "with --a2a: routed experts (0: the model's)")
+	fs.IntVar(&custom.topk, "topk", 0, "with --a2a: experts a token (0: the model's)")
+	fs.IntVar(&custom.input, "moe-input", 0, "with --a2a: the MoE's input and output width, elements (0: the model's)")
+	fs.IntVar(&custom.n, "intermediate", 0, "with --a2a: an expert's intermediate width, for the weight bytes (0: the model's)")
+	fs.IntVar(&custom.layers, "moe-layers", 0, "with --a2a: MoE layers (0: the model's)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -44,6 +50,23 @@ func runPlan(args []string) error {
 		return usagef("unknown model %q (known: %s)", *model, strings.Join(names, ", "))
 	}
 	if *a2a {
+		for _, c := range []struct {
+			flag string
+			v    int
+			dst  *int
+		}{{"--experts", custom.experts, &m.NumExperts}, {"--topk", custom.topk, &m.TopK}, {"--moe-input", custom.input, &m.K},
+			{"--intermediate", custom.n, &m.N}, {"--moe-layers", custom.layers, nil}} {
+			switch {
+			case c.v < 0:
+				return usagef("%s %d: want a positive number, or 0 for the model's", c.flag, c.v)
+			case c.v > 0 && c.dst != nil:
+				*c.dst = c.v
+				m.Name = "custom (" + *model + " with flags)"
+			case c.v > 0: // the MoE layer count: all layers MoE
+				m.NumLayers, m.FirstKDenseReplace = c.v, 0
+				m.Name = "custom (" + *model + " with flags)"
+			}
+		}
 		return printAllToAll(m, d, *decodeTokens, *dispatchFmt, *linkGBps, *latencyUS)
 	}
 	if *epDevices > 0 {
