@@ -232,8 +232,17 @@ func TestDiagnoseRanksTheMistakeFirst(t *testing.T) {
 		}},
 		{"recipe_rceil", moe.ChainMXFP8, 1, 0, nil}, // the case is floor; see below
 	}
+	// The layout and bias mistakes again on the bf16 chain, as a W4A16
+	// kernel (triton_kernels, Marlin) would make them.
 	for _, m := range mistakes {
-		t.Run(m.name, func(t *testing.T) {
+		switch m.name {
+		case "gate_up_swapped", "gate_up_interleaved", "fc1_bias_missing", "fc2_bias_missing":
+			m.chain = moe.ChainBF16
+			mistakes = append(mistakes, m)
+		}
+	}
+	for _, m := range mistakes {
+		t.Run(m.name+"/"+m.chain.String(), func(t *testing.T) {
 			c := testCase(t, m.chain, m.epSize, m.epRank, true)
 			var cand []float32
 			if m.name == "recipe_rceil" {
