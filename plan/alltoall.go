@@ -77,8 +77,9 @@ func (l Link) Seconds(bytes float64) float64 { return l.Latency + bytes/l.Bandwi
 
 // ExpertWeightBytes is one rank's routed expert weights in MXFP4 (E2M1
 // codes, half a byte an element, and one E8M0 scale byte per 32): its
-// NumExperts/EP experts of 3 N K elements (FC1's [up; gate] and FC2).
-func ExpertWeightBytes(m moe.Model, ep int) int64 {
-	per := int64(3) * int64(m.N) * int64(m.K)
-	return int64(m.NumExperts/ep) * (per/2 + per/32)
+// NumExperts/EP experts of 3 N K elements (FC1's [up; gate] and FC2). In
+// float64, like the model's other byte counts, so no shape overflows it.
+func ExpertWeightBytes(m moe.Model, ep int) float64 {
+	per := 3 * float64(m.N) * float64(m.K)
+	return float64(m.NumExperts/ep) * per * (0.5 + 1.0/32)
 }

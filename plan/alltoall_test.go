@@ -58,7 +58,11 @@ func TestAllToAllBytes(t *testing.T) {
 		t.Errorf("remote ranks %v, slots %v: de-duplication must send fewer", r, s)
 	}
 	if got := plan.ExpertWeightBytes(moe.KimiK3(), 32); got != 28*17547264 {
-		t.Errorf("Kimi-K3 EP32 weights a rank: %d bytes, want %d", got, 28*17547264)
+		t.Errorf("Kimi-K3 EP32 weights a rank: %v bytes, want %d", got, 28*17547264)
+	}
+	huge := moe.Model{N: 2_000_000_000, K: 2_000_000_000, NumExperts: 896}
+	if got := plan.ExpertWeightBytes(huge, 1); !(got > 1e21) { // past int64: it wrapped negative in integers
+		t.Errorf("a huge shape's weights: %v bytes", got)
 	}
 	for _, bad := range []plan.AllToAll{{EP: 3, TopK: 4, NumExperts: 8, Hidden: 32, DispatchBytes: 1, CombineBytes: 2}, {EP: 2, TopK: 9, NumExperts: 8, Hidden: 32, DispatchBytes: 1, CombineBytes: 2}, {EP: 2, TopK: 2, NumExperts: 8, Hidden: 32}} {
 		if err := bad.Validate(); !errors.Is(err, moe.ErrParallel) {

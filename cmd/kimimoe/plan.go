@@ -183,7 +183,8 @@ func printAllToAll(m plan.Model, d plan.Deployment, decodeTokens int, dispatch s
 		a.RemoteRanks(), a.RemoteSlots())
 	fmt.Printf("  dispatch %s: %.4g bytes an element; combine bf16: 2 bytes an element\n", dispatch, el)
 	wb := plan.ExpertWeightBytes(m.Model, d.EP)
-	fmt.Printf("  routed expert weights a rank (MXFP4 with E8M0 scales): %s a layer, %s for the %d MoE layers\n", mib(wb), gib(wb*int64(layers)), layers)
+	fmt.Printf("  routed expert weights a rank (MXFP4 with E8M0 scales): %.0f MiB a layer, %.2f GiB for the %d MoE layers\n",
+		wb/(1<<20), wb*float64(layers)/(1<<30), layers)
 	fmt.Println("MiB = 2^20 bytes; sent = what one rank sends (it receives as much, on average)")
 	fmt.Printf("  %-8s %8s %14s %14s %16s", "step", "tokens", "dispatch/layer", "combine/layer", "sent per step")
 	if linkGBps > 0 {
