@@ -240,6 +240,18 @@ def np_act(name, g, u, p):
     raise ValueError(name)
 
 
+def local_slots(ids, ep_rank, E_local):
+    """(token, slot, local expert) of each slot of ids [M, topk] routed to
+    this rank's experts, in token then slot order (the sum's order); -1
+    slots and other ranks' experts are skipped."""
+    M, topk = ids.shape
+    for t in range(M):
+        for k in range(topk):
+            e = int(ids[t, k]) - ep_rank * E_local
+            if ids[t, k] >= 0 and 0 <= e < E_local:
+                yield t, k, e
+
+
 def oracle_case(out, tag, rng, M, K, N, E_local, topk, act, chain, recipe, ep_size=1, ep_rank=0,
                 given_xq=False, mask_slot=False, params=None):
     gated = act not in ("relu2",)
@@ -261,21 +273,14 @@ def oracle_case(out, tag, rng, M, K, N, E_local, topk, act, chain, recipe, ep_si
     W2 = dq_e2m1_packed(w2, w2s)
     X = dq_e4m3(xq, xs)
     ref = np.zeros((M, K), np.float64)
-    for t in range(M):
-        for k in range(topk):
-            gid = int(ids[t, k])
-            if gid < 0:
-                continue
-            e = gid - ep_rank * E_local
-            if e < 0 or e >= E_local:
-                continue
-            h = W31[e] @ X[t]
-            a = np_act(act, h[N:], h[:N], p) if gated else np_act(act, h, None, p)
-            if chain == "mxfp8":
-                aq, as_ = mx_quant_e4m3(a, recipe)
-                a = dq_e4m3(aq, as_)
-            y = W2[e] @ a
-            ref[t] += float(wts[t, k]) * y
+    for t, k, e in local_slots(ids, ep_rank, E_local):
+        h = W31[e] @ X[t]
+        a = np_act(act, h[N:], h[:N], p) if gated else np_act(act, h, None, p)
+        if chain == "mxfp8":
+            aq, as_ = mx_quant_e4m3(a, recipe)
+            a = dq_e4m3(aq, as_)
+        y = W2[e] @ a
+        ref[t] += float(wts[t, k]) * y
     tensors = {}
     if given_xq:
         tensors["x_q"] = xq
@@ -355,17 +360,13 @@ def flashinfer_case(out, tag, rng, M, K, N, E_local, topk, ep_size=1, ep_rank=0,
     w31, w31s, w2, w2s, b1, b2, ids, wts = random_layer(rng, M, K, N, E_local, topk, E_glob, mask_slot)
     W31, W2, X = dq_e2m1_packed(w31, w31s), dq_e2m1_packed(w2, w2s), dq_e4m3(xq, xs)
     ref = np.zeros((M, K), f)
-    for t in range(M):
-        for k in range(topk):
-            e = int(ids[t, k]) - ep_rank * E_local
-            if ids[t, k] < 0 or e < 0 or e >= E_local:
-                continue
-            h = (bf16_of_f64(W31[e] @ X[t]).astype(f) + b1[e]).astype(f)
-            a = f32_situ(h[N:], h[:N], 4.0, 25.0).astype(ml_dtypes.bfloat16).astype(f)
-            aq, as_ = mx_quant_e4m3(a.astype(np.float64), "rceil")
-            y = (W2[e] @ dq_e4m3(aq, as_)).astype(f)
-            r = (y.astype(ml_dtypes.bfloat16).astype(f) + b2[e]).astype(f)
-            ref[t] = (ref[t] + (wts[t, k] * r).astype(f)).astype(f)
+    for t, k, e in local_slots(ids, ep_rank, E_local):
+        h = (bf16_of_f64(W31[e] @ X[t]).astype(f) + b1[e]).astype(f)
+        a = f32_situ(h[N:], h[:N], 4.0, 25.0).astype(ml_dtypes.bfloat16).astype(f)
+        aq, as_ = mx_quant_e4m3(a.astype(np.float64), "rceil")
+        y = (W2[e] @ dq_e4m3(aq, as_)).astype(f)
+        r = (y.astype(ml_dtypes.bfloat16).astype(f) + b2[e]).astype(f)
+        ref[t] = (ref[t] + (wts[t, k] * r).astype(f)).astype(f)
     tensors = {"x": x, "topk_ids": ids, "topk_weights": wts, "w31": w31, "w31_scale": w31s,
                "w2": w2, "w2_scale": w2s, "w31_bias": b1, "w2_bias": b2, "out_ref_f32": ref}
     meta = {"activation": "situ", "recipe": "rceil", "chain": "flashinfer", "ep_size": ep_size,
@@ -386,20 +387,16 @@ def bf16_case(out, tag, rng, M, K, N, E_local, topk, ep_size=1, ep_rank=0, mask_
     w31, w31s, w2, w2s, b1, b2, ids, wts = random_layer(rng, M, K, N, E_local, topk, E_glob, mask_slot)
     W31, W2 = dq_e2m1_packed(w31, w31s), dq_e2m1_packed(w2, w2s)
     ref = np.zeros((M, K), f)
-    for t in range(M):
-        for k in range(topk):
-            e = int(ids[t, k]) - ep_rank * E_local
-            if ids[t, k] < 0 or e < 0 or e >= E_local:
-                continue
-            h = (W31[e] @ x[t].astype(np.float64)).astype(f)
-            if bias:
-                h = (h + b1[e]).astype(f)
-            a = f32_situ(h[N:], h[:N], 4.0, 25.0).astype(bf).astype(f)
-            y = (W2[e] @ a.astype(np.float64)).astype(f)
-            if bias:
-                y = (y + b2[e]).astype(f)
-            s_k = (wts[t, k] * y).astype(f).astype(bf).astype(f)
-            ref[t] = (ref[t] + s_k).astype(f)
+    for t, k, e in local_slots(ids, ep_rank, E_local):
+        h = (W31[e] @ x[t].astype(np.float64)).astype(f)
+        if bias:
+            h = (h + b1[e]).astype(f)
+        a = f32_situ(h[N:], h[:N], 4.0, 25.0).astype(bf).astype(f)
+        y = (W2[e] @ a.astype(np.float64)).astype(f)
+        if bias:
+            y = (y + b2[e]).astype(f)
+        s_k = (wts[t, k] * y).astype(f).astype(bf).astype(f)
+        ref[t] = (ref[t] + s_k).astype(f)
     tensors = {"x": x, "topk_ids": ids, "topk_weights": wts, "w31": w31, "w31_scale": w31s,
                "w2": w2, "w2_scale": w2s, "out_ref_f32": ref}
     if bias:
