@@ -88,23 +88,20 @@ func runValidate(args []string) error {
 	fmt.Fprintf(out, "%-24s %-38s %-11s %-10s %-9s %-9s %s\n", "case", "shape", "status", "cosine", "nrmse", "maxabs", "time")
 	p := newProgress()
 	start := time.Now()
-	passed := 0
 	res, err := backend.Validate(b, backend.ValidateOptions{
 		Suite: *suite, Activation: act, Chain: chain, Recipe: recipe, RequireSitu: *requireSitu, Runs: *runs,
 		Progress: func(done, total int, c string) { p.update("case %d/%d %s", done+1, total, c) },
 		OnResult: func(r backend.Result) {
 			p.clear()
 			printResult(out, r)
-			if r.Passed() {
-				passed++
-			}
 		},
 	})
 	p.done()
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(out, validateSummary(res, b.Name(), time.Since(start)))
+	summary, passed := validateSummary(res, b.Name(), time.Since(start))
+	fmt.Fprintln(out, summary)
 	if *jsonPath != "" {
 		doc := map[string]any{"backend": b.Name(), "device": b.Capabilities().Device, "suite": *suite,
 			"activation": act.String(), "chain": chain.String(), "recipe": recipe.String(),
@@ -217,8 +214,8 @@ func writeSuiteCases(dir, suite string, act activation.Kind, chain moe.Chain, re
 
 // validateSummary is validate's last line: the cases passed, and apart
 // those the backend refused as unsupported, which are not failures of its
-// arithmetic.
-func validateSummary(res []backend.Result, name string, took time.Duration) string {
+// arithmetic; and the count passed, which sets the exit status.
+func validateSummary(res []backend.Result, name string, took time.Duration) (string, int) {
 	passed, unsupported := 0, 0
 	for _, r := range res {
 		switch {
@@ -232,5 +229,5 @@ func validateSummary(res []backend.Result, name string, took time.Duration) stri
 	if unsupported > 0 {
 		note = fmt.Sprintf(", %d unsupported by backend %s (the go backend runs them)", unsupported, name)
 	}
-	return fmt.Sprintf("validate: %d of %d cases passed%s in %.1fs", passed, len(res), note, took.Seconds())
+	return fmt.Sprintf("validate: %d of %d cases passed%s in %.1fs", passed, len(res), note, took.Seconds()), passed
 }
