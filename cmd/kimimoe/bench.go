@@ -7,7 +7,6 @@ import (
 	"os"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"kimimoe/activation"
@@ -349,12 +348,10 @@ func benchShape(name string, chain moe.Chain) (benchLayer, error) {
 	switch name {
 	case "kimi":
 		return benchLayer{name, "Kimi EP32 rank 7", validation.KimiEP32Rank7(activation.Situ, chain, mxfp.RecipeRCeil)}, nil
-	case "gpt-oss-120b", "gpt-oss-20b":
-		m := moe.GPTOSS120B()
-		if name == "gpt-oss-20b" {
-			m = moe.GPTOSS20B()
-		}
-		return benchLayer{name, strings.ToUpper(name[:3]) + name[3:] + " (whole layer)", validation.GPTOSS(m, chain, mxfp.RecipeRCeil)}, nil
+	case "gpt-oss-120b":
+		return benchLayer{name, "GPT-OSS-120B (whole layer)", validation.GPTOSS(moe.GPTOSS120B(), chain, mxfp.RecipeRCeil)}, nil
+	case "gpt-oss-20b":
+		return benchLayer{name, "GPT-OSS-20B (whole layer)", validation.GPTOSS(moe.GPTOSS20B(), chain, mxfp.RecipeRCeil)}, nil
 	}
 	return benchLayer{}, usagef("--shape %q: want kimi, gpt-oss-120b or gpt-oss-20b", name)
 }
