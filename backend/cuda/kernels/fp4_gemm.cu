@@ -147,7 +147,7 @@ template <int KIND>
 __device__ __forceinline__ void act_requant_blocks4(const ActRequantArgs& a, u32 b0, u32 total, int e_row) {
     const u32 nb = (u32)a.n / 32;
     const int lane = threadIdx.x & 31, j = lane & 7;
-    constexpr bool PLAIN = KIND >= 0; // no bias, not the bf16 chain (kmoe_act_requant picks it only then)
+    constexpr bool PLAIN = KIND >= 0; // no bias (kmoe_act_requant picks it only then), any chain
     const bool chain_fi = a.chain == KMOE_CHAIN_FLASHINFER, bias = !PLAIN && a.b1 != nullptr;
     const int rcp = chain_fi ? KMOE_RECIPE_RCEIL : a.recipe;
     const float4* ug = (const float4*)a.ug; // block b's feature 4j + i: {up, gate} at float2 32 b + 4j + i
@@ -172,7 +172,7 @@ __device__ __forceinline__ void act_requant_blocks4(const ActRequantArgs& a, u32
                           chain_act<KIND>(a.kind, p, v1.y, v1.x, a.chain, bias, bi[2]),
                           chain_act<KIND>(a.kind, p, v1.w, v1.z, a.chain, bias, bi[3])};
     uint2 h;
-    if (!PLAIN && a.chain == KMOE_CHAIN_BF16) // stored as BF16, no requantization
+    if (a.chain == KMOE_CHAIN_BF16) // stored as BF16, no requantization
         h = make_uint2(bf16_rne_bits(act[0]) | bf16_rne_bits(act[1]) << 16, bf16_rne_bits(act[2]) | bf16_rne_bits(act[3]) << 16);
     else
         h = mxfp8_bf16_lanes8(act, rcp, lane);
@@ -211,9 +211,9 @@ __device__ __forceinline__ void act_requant_tile(const ActRequantArgs& a) {
 }
 
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_act_requant(const ActRequantArgs a) {
-    // Kimi-K3's plain layer (SiTU, no bias, not the bf16 chain) on the
+    // Kimi-K3's plain layer (SiTU, no bias, any chain) on the
     // compile-time kind, as in GEMM1's epilogue.
-    const bool plain_situ = a.kind == KMOE_ACT_SITU && a.b1 == nullptr && a.chain != KMOE_CHAIN_BF16;
+    const bool plain_situ = a.kind == KMOE_ACT_SITU && a.b1 == nullptr;
     if (a.done != nullptr) { // by tile: GEMM1's tiles waited for one at a time
         pdl_trigger(); // GEMM2's CTAs wait for their tiles' counts
         if (plain_situ) act_requant_tile<KMOE_ACT_SITU>(a);

@@ -312,14 +312,15 @@ __device__ __forceinline__ void act_requant_store_k(const float (&acc)[NS][4], i
                                                     int g, int t, u8* aq, u8* aqs, float* aqsf, int row0, int ldn,
                                                     int fw, bool permuted, u8* aqbf, const float* b1, int n) {
     // The kind fixed at compile time is the plain layer's instance (no
-    // bias, not the bf16 chain: act_requant_store picks it only then), so
-    // Kimi-K3's epilogue carries none of their code.
+    // bias: act_requant_store picks it only then, on any chain), so
+    // Kimi-K3's epilogue carries none of the bias code and the bf16 chain
+    // keeps the compile-time activation.
     constexpr bool PLAIN = KIND >= 0;
     bool chain_fi = chain == KMOE_CHAIN_FLASHINFER;
     int rcp = chain_fi ? KMOE_RECIPE_RCEIL : recipe;
     const bool bias = !PLAIN && b1 != nullptr;
     const Bias1 bi = PLAIN ? Bias1{0.0f, 0.0f} : fc1_bias(b1, n, fw + g);
-    if (!PLAIN && chain == KMOE_CHAIN_BF16) { // the activation stored as BF16, no requantization (BF16 paths only: aqbf)
+    if (chain == KMOE_CHAIN_BF16) { // the activation stored as BF16, no requantization (BF16 paths only: aqbf)
 #pragma unroll
         for (int s = 0; s < NS; s++) {
             if (s >= nsub) break;
@@ -392,7 +393,7 @@ __device__ __forceinline__ void act_requant_store(const float (&acc)[NS][4], int
                                                   int fw, bool permuted, u8* aqbf, const float* b1, int n) {
 #define EPILOGUE_OF(K) \
     act_requant_store_k<NS, K>(acc, nsub, count, s_amax, warp, bw0, p, kind, chain, recipe, g, t, aq, aqs, aqsf, row0, ldn, fw, permuted, aqbf, b1, n)
-    if (kind == KMOE_ACT_SITU && b1 == nullptr && chain != KMOE_CHAIN_BF16) EPILOGUE_OF(KMOE_ACT_SITU); // Kimi-K3's
+    if (kind == KMOE_ACT_SITU && b1 == nullptr) EPILOGUE_OF(KMOE_ACT_SITU); // Kimi-K3's
     else EPILOGUE_OF(-1); // the others: the kind read at run time
 #undef EPILOGUE_OF
 }
