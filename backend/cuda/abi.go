@@ -215,7 +215,7 @@ type finalizeArgs struct {
 	Chain  int32 // the rounding of each slot's row and of the sum
 	Rank   int32
 	ELocal int32
-	Pad    int32 `cname:"unused"`
+	YLd    int32 // y's row stride: K, or the wgmma-fp4 GEMMs' padded K
 }
 
 // Input forms of the decode prologue.
@@ -335,6 +335,8 @@ type xBF16Args struct {
 	Recipe  int32
 	Form    int32
 	Chain   int32 // bf16: a float x rounded to BF16, never MXFP8
+	K       int32 // x's row length
+	KOut    int32 // out's row stride (the wgmma-fp4 GEMMs' padded K), its padding left as it is
 }
 
 // routeXBF16Args: the BF16 paths' one-launch prologues: kmoe_route_x_bf16
@@ -361,6 +363,8 @@ type routeXBF16Args struct {
 	Form     int32
 	NReady   int32
 	Chain    int32 // bf16: a float x rounded to BF16, never MXFP8
+	K        int32 // x's row length
+	KOut     int32 // out's row stride (the wgmma-fp4 GEMMs' padded K), its padding left as it is
 	Pad      int32 `cname:"unused"`
 }
 
@@ -509,7 +513,7 @@ type f4Gemm1Args struct {
 	AQBF     devptr `c:"u8*" cname:"aqbf"`
 	Ready    devptr `c:"int*"`              // per tile: GEMM1 CTAs done (tile_signal), or 0
 	UG       devptr `c:"float*" cname:"ug"` // {up, gate} a routed row and feature for kmoe_act_requant, or 0: the epilogue in GEMM1
-	K        int32
+	K        int32  // padded (f4Dims), as N
 	N        int32
 	TopK     int32
 	ELocal   int32
@@ -517,6 +521,8 @@ type f4Gemm1Args struct {
 	NParams  int32
 	Chain    int32
 	Recipe   int32
+	NB1      int32 `cname:"nb1"` // the layer's N: the FC1 bias's features (the padded ones have none)
+	Pad      int32 `cname:"unused"`
 }
 
 // actRequantArgs: GEMM1's epilogue as a kernel of its own (kmoe_act_requant).
@@ -539,6 +545,8 @@ type actRequantArgs struct {
 	// ReadyTarget is GEMM1's CTAs a tile (its grid's x: N / abiF4RowsGemm1),
 	// given by the host that sizes that grid, as for GEMM2's wait.
 	ReadyTarget int32
+	NB1         int32 `cname:"nb1"` // the layer's N (N is padded): the FC1 bias's features
+	Pad         int32 `cname:"unused"`
 }
 
 type f4Gemm2Args struct {

@@ -61,12 +61,14 @@ func TestUnsupportedAtPrepare(t *testing.T) {
 	if _, err := b.Prepare(c.Weights, c.Spec); !errors.Is(err, backend.ErrUnsupported) {
 		t.Errorf("exact chain: %v, want ErrUnsupported", err)
 	}
-	// FC biases are not run on the GPU yet: refused at Prepare.
-	s.Chain = moe.ChainMXFP8
+	// The bf16 chain runs on the wgmma paths only: at K = 160, N = 96 (the
+	// wgmma-fp4 path runs them padded, the BF16 wgmma path needs multiples
+	// of 128) a weight scale past the widening's window leaves it none.
+	s.Chain, s.K, s.N = moe.ChainBF16, 160, 96
 	c, _ = validation.GenerateCase(&s, nil)
-	c.Weights.W2Bias = make([]float32, c.Weights.E*c.Weights.K)
+	c.Weights.W2Scale[0] = f4MaxScale + 1
 	if _, err := b.Prepare(c.Weights, c.Spec); !errors.Is(err, backend.ErrUnsupported) {
-		t.Errorf("biases: %v, want ErrUnsupported", err)
+		t.Errorf("bf16 chain, K=160, N=96, a scale of 2^2: %v, want ErrUnsupported", err)
 	}
 	// K and N multiples of 32 but not of the 128-element stage (GPT-OSS's
 	// 2880) run on the decode path, padded; they used to be refused.

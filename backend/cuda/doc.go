@@ -75,8 +75,9 @@
 // differences.
 //
 // Four paths (Plan.Path). On an sm_90 device (the module is compiled for
-// sm_90a) the wgmma-fp4 path takes every M where K and N are multiples of
-// 128 and every weight scale is at most 2^1: grouped GEMMs on Hopper's
+// sm_90a) the wgmma-fp4 path takes every M where every weight scale is at
+// most 2^1 (K and N not multiples of 128, as GPT-OSS's 2880, run padded
+// to them with zero weights, which is exact: f4Dims): grouped GEMMs on Hopper's
 // warpgroup MMA with the weights kept as MXFP4 in memory (re-laid at
 // Prepare so that each thread's A fragment of a 64-k chunk is one 16-byte
 // load and its quad's scales of two 128-k steps another: f4_layout.go),
@@ -108,7 +109,7 @@
 // entries, a CTA an expert above).
 //
 // The decode path (M <= 24 where the wgmma-fp4 path is not available, and
-// every M when K or N is not a multiple of 128, as GPT-OSS's 2880) streams
+// every M when, without it, K or N is not a multiple of 128) streams
 // the weights: they are re-laid at Prepare into 16-row x 128-k tiles (K and
 // N padded with zero weights, which is exact), every SM reads them with
 // 16-byte loads, the tokens ride on the MMA's narrow side; one prologue
@@ -159,9 +160,9 @@
 // the prologue rounds a float32 x to BF16 (an MXFP8 x is decoded), GEMM1's
 // epilogue (or kmoe_act_requant) stores the activation as BF16 with no
 // requantization, and the finalize rounds each slot's weighted row to
-// BF16 before the float32 sum. Where neither wgmma path is available (K
-// or N not a multiple of 128, weight scales past the widening's window
-// and no sm_90 device) Prepare refuses the chain. The FC1 bias is added
+// BF16 before the float32 sum. Where neither wgmma path is available (no
+// sm_90 device, or weight scales past the widening's window with K or N
+// not a multiple of 128) Prepare refuses the chain. The FC1 bias is added
 // in float32 to GEMM1's accumulator in every epilogue (on the flashinfer
 // chain after its BF16 rounding), the FC2 bias to each slot's row in the
 // finalize (the slot's expert from its id), on every path.

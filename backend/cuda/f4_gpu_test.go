@@ -5,6 +5,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 
 	"kimimoe/activation"
@@ -361,5 +362,61 @@ func TestF4LargeTiles(t *testing.T) {
 	set(0, f4ActMaxMDefault)
 	if err == nil {
 		t.Fatalf("M=%d ran without the 256-token GEMM2", m)
+	}
+}
+
+// K and N that are multiples of 32 but not of 128 (a small shape, and
+// GPT-OSS-20B's 2880 with 8 of its experts) take the wgmma-fp4 path,
+// padded with zero weights, at every M class and on both of its chains,
+// with GPT-OSS's activation and biases: against the oracle on sampled
+// rows, and a second forward of the same input bitwise equal (the
+// padding of x's BF16 rows, zeroed once, is never written). Without the
+// padding (f4Dims) these layers had no wgmma-fp4 path and the bf16 chain
+// was refused.
+func TestF4Padded(t *testing.T) {
+	b := openCUDAOrSkip(t)
+	if b.arch != ArchSM90a {
+		t.Skipf("the wgmma-fp4 path needs sm_90a; this device is %s", b.arch)
+	}
+	oss := moe.GPTOSS20B()
+	for _, shape := range [][2]int{{160, 96}, {oss.K, oss.N}} {
+		for _, chain := range []moe.Chain{moe.ChainMXFP8, moe.ChainBF16} {
+			s := validation.GPTOSS(oss, chain, mxfp.RecipeRCeil)
+			s.K, s.N, s.ELocal, s.Name = shape[0], shape[1], 8, "padded"
+			l, w := prepare(t, b, &s, nil)
+			o, err := moe.NewOracle(w, s.LayerSpec())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.f4.k%128 != 0 || l.f4.n%128 != 0 || l.f4.k < w.K || l.f4.n < w.N {
+				t.Fatalf("K=%d N=%d padded to %d, %d", w.K, w.N, l.f4.k, l.f4.n)
+			}
+			for _, m := range []int{1, 8, 64, 300} {
+				if l.PathFor(m) != "wgmma-fp4" {
+					t.Fatalf("K=%d N=%d %v M=%d takes the %s path", w.K, w.N, chain, m, l.PathFor(m))
+				}
+				in := kimiInput(t, &s, w, m, uint64(4400+m))
+				out := forwardOut(t, l, in, m)
+				again := forwardOut(t, l, in, m)
+				for i := range out {
+					if math.Float32bits(out[i]) != math.Float32bits(again[i]) {
+						t.Fatalf("K=%d N=%d %v M=%d: a second forward differs at %d: %g, then %g", w.K, w.N, chain, m, i, out[i], again[i])
+					}
+				}
+				rows := validation.SampleRows(m, 16, uint64(m))
+				ref := make([]float64, len(rows)*w.K)
+				if err := o.Forward(ref, in, rows); err != nil {
+					t.Fatal(err)
+				}
+				got := make([]float64, 0, len(ref))
+				for _, r := range rows {
+					got = append(got, validation.Widen(out[r*w.K:(r+1)*w.K])...)
+				}
+				if met := validation.Compare(got, ref); met.Cosine < backend.MinCosine || !(met.NRMSE <= backend.MaxNRMSE) {
+					t.Errorf("K=%d N=%d %v M=%d against the oracle: %+v", w.K, w.N, chain, m, met)
+				}
+			}
+			l.Close()
+		}
 	}
 }

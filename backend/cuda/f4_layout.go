@@ -92,17 +92,19 @@ func f4Chunks4(chunks int) int { return (chunks + 3) &^ 3 }
 // within its group's scales.
 func f4ScaleByte(tid, c, i int) int { return ((c/4)*32+tid/4)*16 + (c%4)*4 + i }
 
-// f4Arrange arranges one matrix set: e experts of rows rows of k elements
-// (packed [e][rows][k/2], scales [e][rows][k/32]; rows a multiple of 64, k
-// of 64) as e x rows/64 x k/64 blocks, group row r of group gi being
-// source row rowOf(gi, r) of its expert. It returns the payload and the
-// scale bytes.
-func f4Arrange(packed, scales []uint8, e, rows, k int, rowOf func(gi, r int) int) (payload, sc []uint8) {
+// f4Arrange arranges one matrix set: e experts of srcRows rows of srcK
+// elements (packed [e][srcRows][srcK/2], scales [e][srcRows][srcK/32]) as
+// e x rows/64 x k/64 blocks (rows a multiple of 64, k of 128, at least the
+// source's), group row r of group gi being source row rowOf(gi, r) of its
+// expert, or -1 for a padding row. Padding rows and the k past srcK are
+// zero weights (scale 2^0), which add nothing to any sum: the kernels run
+// the padded shape exactly. It returns the payload and the scale bytes.
+func f4Arrange(packed, scales []uint8, e, srcRows, srcK, rows, k int, rowOf func(gi, r int) int) (payload, sc []uint8) {
 	groups, chunks := rows/64, k/abiWGChunkK
 	payload = make([]uint8, e*groups*chunks*f4ChunkBytes)
 	chunks4 := f4Chunks4(chunks)
 	sc = make([]uint8, e*groups*chunks4*f4ChunkScales)
-	rowBytes, kbs := k/2, k/32
+	rowBytes, kbs := srcK/2, srcK/32
 	parallel.For(e*groups, func(job int) { // job = expert * groups + group
 		ex, gi := job/groups, job%groups
 		sgrp := sc[job*chunks4*f4ChunkScales:]
@@ -115,8 +117,11 @@ func f4Arrange(packed, scales []uint8, e, rows, k int, rowOf func(gi, r int) int
 						for h := range 2 {
 							r, kk := f4Element(tid, q, j, h)
 							kk += c * abiWGChunkK
-							src := ex*rows + rowOf(gi, r)
-							two := packed[src*rowBytes+kk/2]
+							sr := rowOf(gi, r)
+							if sr < 0 || kk >= srcK {
+								continue // a zero weight: code 0
+							}
+							two := packed[(ex*srcRows+sr)*rowBytes+kk/2]
 							word |= f4Bits((two>>(4*(kk%2)))&0xF, j, h)
 						}
 					}
@@ -127,8 +132,12 @@ func f4Arrange(packed, scales []uint8, e, rows, k int, rowOf func(gi, r int) int
 			for tid := 0; tid < 128; tid += 4 { // a word a quad: its threads share rows and blocks
 				for i := range 4 {
 					r, _ := f4Element(tid, 0, i>>1, 0)
-					src := ex*rows + rowOf(gi, r)
-					sgrp[f4ScaleByte(tid, c, i)] = scales[src*kbs+2*c+(i&1)] + 126
+					sr, blk := rowOf(gi, r), 2*c+(i&1)
+					sb := uint8(127) // padding: 2^0
+					if sr >= 0 && blk < kbs {
+						sb = scales[(ex*srcRows+sr)*kbs+blk]
+					}
+					sgrp[f4ScaleByte(tid, c, i)] = sb + 126
 				}
 			}
 		}
@@ -136,27 +145,32 @@ func f4Arrange(packed, scales []uint8, e, rows, k int, rowOf func(gi, r int) int
 	return payload, sc
 }
 
-// f4Row31 is FC1's row for GEMM1's 64-row group gi, row r: group gi holds
-// intermediate features [32 gi, 32 gi + 32), warp w (rows 16w..16w+15)
-// eight of them, its rows 0..7 their up rows and 8..15 their gate rows, so
-// each thread's two accumulator rows are the up and gate of one feature.
+// f4Row31 is FC1's row (of n up and n gate rows) for GEMM1's 64-row group
+// gi, row r: group gi holds intermediate features [32 gi, 32 gi + 32),
+// warp w (rows 16w..16w+15) eight of them, its rows 0..7 their up rows and
+// 8..15 their gate rows, so each thread's two accumulator rows are the up
+// and gate of one feature; -1 for a feature past n (padding).
 func f4Row31(n int) func(gi, r int) int {
 	return func(gi, r int) int {
 		f := 32*gi + 8*(r/16) + r%8
-		if r%16 < 8 {
+		switch {
+		case f >= n:
+			return -1
+		case r%16 < 8:
 			return f
 		}
 		return n + f
 	}
 }
 
+// f4Dims are the wgmma-fp4 GEMMs' K and N: the layer's, padded to the
+// kernels' 128-k steps (GEMM2's 128-row CTAs) with zero weights.
+func f4Dims(w *moe.Weights) (k, n int) { return padTo(w.K), padTo(w.N) }
+
 // f4Available says why w cannot take the wgmma-fp4 path ("" if it can):
-// K and N multiples of 128 (the kernels' 128-k steps over both, GEMM2's
-// 128-row CTAs), every weight scale at most f4MaxScale.
+// every weight scale at most f4MaxScale. (K and N that are not multiples
+// of 128 run padded: f4Dims.)
 func f4Available(w *moe.Weights) string {
-	if w.K%128 != 0 || w.N%128 != 0 {
-		return fmt.Sprintf("K=%d, N=%d (need multiples of 128)", w.K, w.N)
-	}
 	for _, m := range []struct {
 		name string
 		s    []uint8
@@ -174,11 +188,25 @@ func f4Available(w *moe.Weights) string {
 	return ""
 }
 
-// f4W31 and f4W2 arrange FC1 and FC2 for the wgmma-fp4 GEMMs.
+// f4W31 and f4W2 arrange FC1 and FC2 for the wgmma-fp4 GEMMs, at the
+// padded shape f4Dims (GEMM1's features past N and both GEMMs' k past K
+// and N are zero weights).
 func f4W31(w *moe.Weights) (payload, sc []uint8) {
-	return f4Arrange(w.W31, w.W31Scale, w.E, 2*w.N, w.K, f4Row31(w.N))
+	kp, np := f4Dims(w)
+	return f4Arrange(w.W31, w.W31Scale, w.E, 2*w.N, w.K, 2*np, kp, f4Row31(w.N))
 }
 
 func f4W2(w *moe.Weights) (payload, sc []uint8) {
-	return f4Arrange(w.W2, w.W2Scale, w.E, w.K, w.N, func(gi, r int) int { return 64*gi + r })
+	kp, np := f4Dims(w)
+	return f4Arrange(w.W2, w.W2Scale, w.E, w.K, w.N, kp, np, f4Row2(w.K))
+}
+
+// f4Row2 is FC2's row (of k) for GEMM2's group gi, row r; -1 past k.
+func f4Row2(k int) func(gi, r int) int {
+	return func(gi, r int) int {
+		if r := 64*gi + r; r < k {
+			return r
+		}
+		return -1
+	}
 }

@@ -52,6 +52,7 @@ type wgWeights struct {
 // w31 == 0 where the path is not available, and whyNot says why.
 type f4Weights struct {
 	w31, w31s, w2, w2s devptr
+	k, n               int // the GEMMs' K and N, padded (f4Dims)
 	whyNot             string
 }
 
@@ -90,8 +91,8 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 			return err
 		}
 		if spec.Chain == moe.ChainBF16 && l.f4.w31 == 0 && l.wg.w31 == 0 {
-			return errors.Join(fmt.Errorf("%w: backend \"cuda\" runs the bf16 chain on its two wgmma paths only, which need an sm_90 device and K and N multiples of 128 (%s; %s); use the %q backend",
-				backend.ErrUnsupported, l.f4.whyNot, l.wg.whyNot, backend.GoName), l.free())
+			return errors.Join(fmt.Errorf("%w: backend \"cuda\" runs the bf16 chain on its two wgmma paths only, which need an sm_90 device and weight scales up to 2^%d (%s; %s); use the %q backend",
+				backend.ErrUnsupported, f4MaxScale-127, l.f4.whyNot, l.wg.whyNot, backend.GoName), l.free())
 		}
 		b.layers[l] = true
 		return nil
@@ -116,7 +117,7 @@ func (l *Layer) SetTuning(t Tuning) error {
 			return fmt.Errorf("%w: the layer is closed", backend.ErrClosed)
 		}
 		if t.FP4MaxM > 0 && l.f4.w31 == 0 {
-			return fmt.Errorf("%w: the wgmma-fp4 path needs an sm_90 device, K and N multiples of 128 and weight scales up to 2^%d (%s)",
+			return fmt.Errorf("%w: the wgmma-fp4 path needs an sm_90 device and weight scales up to 2^%d (%s)",
 				backend.ErrUnsupported, f4MaxScale-127, l.f4.whyNot)
 		}
 		if t.WGMMAMinM > 0 && l.wg.w31 == 0 {
@@ -221,6 +222,7 @@ func (l *Layer) uploadF4() error {
 	}
 	p31, s31 := f4W31(w)
 	p2, s2 := f4W2(w)
+	l.f4.k, l.f4.n = f4Dims(w)
 	return l.uploadAll(upload{&l.f4.w31, p31}, upload{&l.f4.w31s, s31}, upload{&l.f4.w2, p2}, upload{&l.f4.w2s, s2})
 }
 

@@ -12,7 +12,8 @@ func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 	w, b, s := l.w, l.b, l.b.stream
 	recipe, tt, entries := recipeCode(l.spec.Recipe), p.Tile, ws.m*ws.topk
 	ready, actDone, _ := ws.readyCounts(p)
-	gemm1CTAs := w.N / abiF4RowsGemm1        // GEMM1's CTAs a tile: what a wait on its counts waits for
+	kp, np := l.f4.k, l.f4.n                 // the padded shape (f4Dims)
+	gemm1CTAs := np / abiF4RowsGemm1         // GEMM1's CTAs a tile: what a wait on its counts waits for
 	ready2, readyTarget2 := ready, gemm1CTAs // what GEMM2 waits for
 	if p.ActByTile {
 		ready2, readyTarget2 = actDone, tt // a CTA a row of the tile
@@ -36,28 +37,28 @@ func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 		g1, _, smem := kernels()
 		return g1.launchMaybePDL(p.PDL, [3]int{gemm1CTAs, p.Tiles, 1}, abiThreads, smem, s,
 			&f4Gemm1Args{XBF: ws.xbf, W: l.f4.w31, WS: l.f4.w31s, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
-				Params: l.params, B1: l.b1, AQBF: ws.aqbf, Ready: ready, UG: ws.ug, K: i32(w.K), N: i32(w.N), TopK: i32(ws.topk), ELocal: i32(w.E),
+				Params: l.params, B1: l.b1, AQBF: ws.aqbf, Ready: ready, UG: ws.ug, K: i32(kp), N: i32(np), TopK: i32(ws.topk), ELocal: i32(w.E), NB1: i32(w.N),
 				Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
 	}}}
 	if p.ActKernel {
 		gemm1 = append(gemm1, step{"act_requant", func() error {
-			warps := (entries*w.N/32 + 3) / 4 // the routed rows' blocks (an upper bound), four a warp at a time
+			warps := (entries*np/32 + 3) / 4 // the routed rows' blocks (an upper bound), four a warp at a time
 			grid := [3]int{min((warps+abiThreads/32-1)/(abiThreads/32), actCTAsSM*b.sms), 1, 1}
 			if p.ActByTile {
 				grid = [3]int{tt, p.Tiles, 1} // a CTA a row of a tile
 			}
 			return b.k.actRequant.launchMaybePDL(p.PDL, grid, abiThreads, 0, s,
 				&actRequantArgs{UG: ws.ug, Offset: ws.offset, Params: l.params, B1: l.b1, AQBF: ws.aqbf, TileBase: ws.tileBase, Ready: ready,
-					Done: actDone, N: i32(w.N), ELocal: i32(w.E), Kind: activationCode(l.spec.Activation),
+					Done: actDone, N: i32(np), NB1: i32(w.N), ELocal: i32(w.E), Kind: activationCode(l.spec.Activation),
 					NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe, TT: i32(tt),
 					ReadyTarget: i32(gemm1CTAs)})
 		}})
 	}
 	gemm2 = []step{{"gemm2", func() error {
 		_, g2, smem := kernels()
-		return g2.launchMaybePDL(p.PDL, [3]int{w.K / abiF4RowsGemm2, p.Tiles, 1}, abiThreads, smem, s,
+		return g2.launchMaybePDL(p.PDL, [3]int{kp / abiF4RowsGemm2, p.Tiles, 1}, abiThreads, smem, s,
 			&f4Gemm2Args{AQBF: ws.aqbf, W: l.f4.w2, WS: l.f4.w2s, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
-				Ready: ready2, N: i32(w.N), K: i32(w.K), ELocal: i32(w.E), ReadyTarget: i32(readyTarget2)})
+				Ready: ready2, N: i32(np), K: i32(kp), ELocal: i32(w.E), ReadyTarget: i32(readyTarget2)})
 	}}}
 	return gemm1, gemm2
 }

@@ -32,10 +32,15 @@ func (l *Layer) prologueSteps(ws *workspace, p *Plan) []step {
 	ready, _, nReady := ws.readyCounts(p)
 	nblocks := m * w.K / 32
 	xCTAs4 := ((nblocks+3)/4*32 + abiThreads - 1) / abiThreads // x as BF16 four blocks a warp (kmoe_x_bf16, kmoe_route_x_many)
+	kout := w.K                                                // x's row stride as BF16: the wgmma-fp4 GEMMs' padded K on their path
+	if p.Path == PathFP4 {
+		kout = l.f4.k
+	}
 	routeX := func() *routeXBF16Args {
 		return &routeXBF16Args{X: ws.x, Codes: ws.xq, Scales: ws.xs, IDs: ws.ids, Out: ws.xbf, Pos: ws.pos, Perm: ws.perm,
 			Offset: ws.offset, TileBase: ws.tileBase, Ready: ready, NBlocks: i32(nblocks), NEntries: i32(entries), Rank: i32(l.epRank),
-			ELocal: i32(w.E), TT: i32(p.Tile), Recipe: recipe, Form: form, NReady: i32(nReady), Chain: chainCode(l.spec.Chain)}
+			ELocal: i32(w.E), TT: i32(p.Tile), Recipe: recipe, Form: form, NReady: i32(nReady), Chain: chainCode(l.spec.Chain),
+			K: i32(w.K), KOut: i32(kout)}
 	}
 	switch p.Prologue {
 	case PrologueOneCTA:
@@ -58,7 +63,8 @@ func (l *Layer) prologueSteps(ws *workspace, p *Plan) []step {
 	if p.Prologue == PrologueBF16 {
 		xstep = step{"x_bf16", func() error {
 			return b.k.xBF16.launch([3]int{xCTAs4, 1, 1}, s,
-				&xBF16Args{X: ws.x, Codes: ws.xq, Scales: ws.xs, Out: ws.xbf, NBlocks: i32(nblocks), Recipe: recipe, Form: form, Chain: chainCode(l.spec.Chain)})
+				&xBF16Args{X: ws.x, Codes: ws.xq, Scales: ws.xs, Out: ws.xbf, NBlocks: i32(nblocks), Recipe: recipe, Form: form, Chain: chainCode(l.spec.Chain),
+					K: i32(w.K), KOut: i32(kout)})
 		}}
 	}
 	return []step{

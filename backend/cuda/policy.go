@@ -176,7 +176,7 @@ func choosePlan(s planShape) Plan {
 		if s.m <= or(t.FP4FitMaxM, f4FitMaxMDefault) && slices.Contains(f4FitTiles, p.Tile) {
 			p.Loop = LoopFitted
 		}
-		if !t.NoFP4Sync && slices.Contains(f4sTiles, p.Tile) && f4sAddressable(p.Tile, s.m*s.k, entries*s.n) {
+		if !t.NoFP4Sync && slices.Contains(f4sTiles, p.Tile) && f4sAddressable(p.Tile, s.m*padTo(s.k), entries*padTo(s.n)) { // the padded rows (f4Dims)
 			p.Loop = LoopSync
 			p.Deep2 = p.Tile == 8 && s.m <= f4sDeepMaxM
 		}

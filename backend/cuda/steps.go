@@ -77,6 +77,10 @@ func (l *Layer) steps(ws *workspace) []step {
 // it).
 func (l *Layer) finalizeStep(ws *workspace, pdl bool) step {
 	w, s := l.w, l.b.stream
+	yld := w.K // GEMM2's rows: the wgmma-fp4 GEMMs' are the padded K
+	if ws.plan().Path == PathFP4 {
+		yld = l.f4.k
+	}
 	return step{"finalize", func() error {
 		launch := l.b.k.finalize.launchWith
 		if pdl {
@@ -84,6 +88,6 @@ func (l *Layer) finalizeStep(ws *workspace, pdl bool) step {
 		}
 		return launch([3]int{ws.m, (w.K + abiFinalizeCols - 1) / abiFinalizeCols, 1}, abiThreads, 0, s,
 			&finalizeArgs{Y: ws.y, Pos: ws.pos, Wts: ws.wts, IDs: ws.ids, B2: l.b2, Out: ws.out, TopK: i32(ws.topk), K: i32(w.K),
-				Chain: chainCode(l.spec.Chain), Rank: i32(l.epRank), ELocal: i32(w.E)})
+				Chain: chainCode(l.spec.Chain), Rank: i32(l.epRank), ELocal: i32(w.E), YLd: i32(yld)})
 	}}
 }

@@ -115,18 +115,18 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 		{&ws.x, 4 * m * w.K}, {&ws.xq, m * w.K}, {&ws.xs, m * w.K / 32},
 		{&ws.ids, 4 * entries}, {&ws.wts, 4 * entries}, {&ws.pos, 4 * entries}, {&ws.perm, 4 * entries},
 		{&ws.counts, 4 * w.E}, {&ws.offset, 4 * (w.E + 1)}, {&ws.tileBase, 4 * (w.E + 1)},
-		{&ws.aq, (entries + 1) * np}, {&ws.aqs, entries * np / 32}, {&ws.y, 4 * entries * w.K}, {&ws.out, 4 * m * w.K},
+		{&ws.aq, (entries + 1) * np}, {&ws.aqs, entries * np / 32}, {&ws.y, 4 * entries * max(w.K, l.f4.k)}, {&ws.out, 4 * m * w.K},
 		// The decode path's buffers, each with one more row, all zeros.
 		{&ws.xqd, (m + 1) * kp}, {&ws.xsf, 4 * (m + 1) * kp / 32}, {&ws.touched, 4 * (w.E + 1)}, {&ws.aqsf, 4 * (entries + 1) * np / 32},
 	}
-	if l.wg.w31 != 0 || l.f4.w31 != 0 { // the BF16 paths' x and intermediate
-		bufs = append(bufs, buf{&ws.xbf, 2 * m * w.K}, buf{&ws.aqbf, 2 * entries * w.N})
+	if l.wg.w31 != 0 || l.f4.w31 != 0 { // the BF16 paths' x and intermediate, at the padded shape where it is larger
+		bufs = append(bufs, buf{&ws.xbf, 2 * m * max(w.K, l.f4.k)}, buf{&ws.aqbf, 2 * entries * max(w.N, l.f4.n)})
 	}
 	if l.f4.w31 != 0 { // at most one tile an entry, and one partial tile an expert
 		bufs = append(bufs, buf{&ws.ready, 4 * 2 * (entries + w.E)}) // two counts a tile at most (actByTile)
 	}
 	if ws.plans[0].ActKernel {
-		bufs = append(bufs, buf{&ws.ug, 8 * entries * w.N})
+		bufs = append(bufs, buf{&ws.ug, 8 * entries * max(w.N, l.f4.n)})
 	}
 	for _, a := range bufs {
 		p, err := cu.MemAlloc(a.n)
@@ -152,6 +152,9 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 	}
 	if err == nil {
 		err = cu.MemsetD32(ws.xsf+uint64(4*m*kp/32), 0, kp/32, s)
+	}
+	if err == nil && l.f4.k > w.K { // x's padding columns for the wgmma-fp4 GEMMs: zeros, never written
+		err = cu.MemsetD32(ws.xbf, 0, m*l.f4.k/2, s)
 	}
 	if err != nil {
 		return nil, errors.Join(err, ws.free())

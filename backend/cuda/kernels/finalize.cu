@@ -1,6 +1,7 @@
 // ------------------------------------------------------------ finalize --
 
 // out[t, :] = sum over slots k in order of w[t,k] * (y[pos[t,k], :] + b2[e])
+// (y's rows y_ld apart: K, or the wgmma-fp4 GEMMs' padded K)
 // (local slots only; e the slot's local expert; no b2: no bias). grid =
 // (M, K / KMOE_FINALIZE_COLS rounded up), block KMOE_THREADS, four columns
 // a thread (K is a multiple of 32, so y's and out's rows are 16-byte
@@ -45,7 +46,7 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_finalize(const F
 #pragma unroll
         for (int j = 0; j < FIN_SLOTS; j++) {
             w[j] = p[j] >= 0 ? wts[k0 + j] : 0.0f;
-            v[j] = p[j] >= 0 ? *(const float4*)&y[(u64)p[j] * K + f] : zero;
+            v[j] = p[j] >= 0 ? *(const float4*)&y[(u64)p[j] * a.y_ld + f] : zero;
         }
         if (chain == KMOE_CHAIN_MXFP8 && b2 == nullptr) { // the plain sum
 #pragma unroll

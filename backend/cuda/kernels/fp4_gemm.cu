@@ -48,7 +48,7 @@ __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
     act_requant_store<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), (tl.count + 7) / 8, tl.count, s_amax, warp,
                               (warp >> 2) * 4, p, a.kind, a.chain, a.recipe, lane >> 2, lane & 3, nullptr, nullptr,
                               nullptr, tl.row0, a.n, blockIdx.x * 64 + warp * 8, false, a.aqbf,
-                              fc1_bias_row(a.b1, tl.expert, a.n), a.n);
+                              fc1_bias_row(a.b1, tl.expert, a.nb1), a.nb1);
     if (a.ready != nullptr) tile_signal(a.ready + blockIdx.y);
 #endif
 }
@@ -162,8 +162,8 @@ __device__ __forceinline__ void act_requant_blocks4(const ActRequantArgs& a, u32
         // The row's expert, for its parameters where they differ by expert and its bias.
         if (e_row < 0 && (a.n_params != 1 || bias)) e = expert_of(a.offset, a.e_local, (int)(b / nb));
         if (bias) {
-            const float* b1 = fc1_bias_row(a.b1, e, a.n);
-            for (int i = 0; i < 4; i++) bi[i] = fc1_bias(b1, a.n, (int)(b % nb) * 32 + 4 * j + i);
+            const float* b1 = fc1_bias_row(a.b1, e, a.nb1); // the layer's N, not the padded one
+            for (int i = 0; i < 4; i++) bi[i] = fc1_bias(b1, a.nb1, (int)(b % nb) * 32 + 4 * j + i);
         }
     }
     const float* p = a.params + (a.n_params == 1 ? 0 : e) * KMOE_PARAM_STRIDE;

@@ -238,12 +238,13 @@ __device__ __forceinline__ uint2 mxfp8_bf16_lanes8(const float (&v)[4], int reci
 __device__ __noinline__ float gated_act_call(int kind, const float* p, float g, float u) { return gated_act(kind, p, g, u); }
 
 // The FC1 bias of feature f of an expert whose bias row (2n floats, up
-// then gate) is b1, or zeros where b1 is null.
+// then gate) is b1, or zeros where b1 is null or f is a padding feature
+// (f >= n: the wgmma-fp4 GEMMs' padded N).
 struct Bias1 {
     float up, gate;
 };
 __device__ __forceinline__ Bias1 fc1_bias(const float* b1, int n, int f) {
-    if (b1 == nullptr) return Bias1{0.0f, 0.0f};
+    if (b1 == nullptr || f >= n) return Bias1{0.0f, 0.0f};
     return Bias1{b1[f], b1[n + f]};
 }
 

@@ -43,6 +43,15 @@ struct WgSmem {
 static_assert(sizeof(WgSmem<128>) + KMOE_SMEM_ALIGN == KMOE_WG_SMEM_128 && sizeof(WgSmem<256>) + KMOE_SMEM_ALIGN == KMOE_WG_SMEM_256,
               "the host's dynamic shared memory sizes (smem_1k's alignment included)");
 
+// The first element of x's 32-block b (rows of k) in the BF16 copy, whose
+// rows are kout apart (the wgmma-fp4 GEMMs' padded K; their padding,
+// zeroed once, is never written).
+__device__ __forceinline__ u64 x_out_index(u32 b, int k, int kout) {
+    if (kout == k) return (u64)b * BLOCK; // unpadded: no division
+    const u32 nbk = (u32)k / BLOCK;
+    return (u64)(b / nbk) * (u64)kout + (u64)(b % nbk) * BLOCK;
+}
+
 // x as BF16: the MXFP8 values of x (quantized here from float32 with the
 // recipe, as kmoe_quantize_x does, or given as codes and scales), four
 // 32-blocks b0 .. b0 + 3 (those below nblocks) by one warp, eight lanes a
@@ -51,15 +60,18 @@ static_assert(sizeof(WgSmem<128>) + KMOE_SMEM_ALIGN == KMOE_WG_SMEM_128 && sizeo
 // calls it.
 __device__ __forceinline__ void x_bf16_blocks4(const float* __restrict__ x, const u8* __restrict__ codes,
                                                const u8* __restrict__ scales, u16* __restrict__ out, int form,
-                                               int recipe, int chain, u32 nblocks, u32 b0, int lane) {
+                                               int recipe, int chain, u32 nblocks, u32 b0, int lane, int k, int kout) {
     const u32 b = b0 + (lane >> 3);
     const bool live = b < nblocks; // a dead lane's zeros stay in its own block's shuffles
     const u64 i = (u64)b * BLOCK + 4 * (lane & 7);
+    const u64 o = x_out_index(b, k, kout) + 4 * (lane & 7);
     uint2 h;
     if (form == KMOE_FORM_FLOAT && chain == KMOE_CHAIN_BF16) { // x rounded to BF16, never MXFP8
         if (!live) return;
         const float4 v = *(const float4*)&x[i];
         h = make_uint2(bf16_rne_bits(v.x) | bf16_rne_bits(v.y) << 16, bf16_rne_bits(v.z) | bf16_rne_bits(v.w) << 16);
+        *(uint2*)&out[o] = h;
+        return;
     } else if (form == KMOE_FORM_FLOAT) {
         const float4 v = live ? *(const float4*)&x[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         const float f[4] = {v.x, v.y, v.z, v.w};
@@ -69,7 +81,7 @@ __device__ __forceinline__ void x_bf16_blocks4(const float* __restrict__ x, cons
         const u32 c = *(const u32*)&codes[i];
         h = mxfp8_bf16x4(c & 0xFFu, (c >> 8) & 0xFFu, (c >> 16) & 0xFFu, c >> 24, e8m0_to_float(scales[b]));
     }
-    if (live) *(uint2*)&out[i] = h;
+    if (live) *(uint2*)&out[o] = h;
 }
 
 // x as BF16, 32-block b by one warp, an element a lane (warp_quantize_e4m3):
@@ -80,11 +92,11 @@ __device__ __forceinline__ void x_bf16_blocks4(const float* __restrict__ x, cons
 // takes that form.
 __device__ __forceinline__ void x_bf16_block(const float* __restrict__ x, const u8* __restrict__ codes,
                                              const u8* __restrict__ scales, u16* __restrict__ out, int form, int recipe,
-                                             int chain, int b, int lane) {
-    u64 i = (u64)b * BLOCK + lane;
+                                             int chain, int b, int lane, int k, int kout) {
+    u64 i = (u64)b * BLOCK + lane, o = x_out_index((u32)b, k, kout) + lane;
     u32 c, s;
     if (form == KMOE_FORM_FLOAT && chain == KMOE_CHAIN_BF16) { // x rounded to BF16, never MXFP8
-        out[i] = (u16)bf16_rne_bits(x[i]);
+        out[o] = (u16)bf16_rne_bits(x[i]);
         return;
     }
     if (form == KMOE_FORM_FLOAT) {
@@ -94,7 +106,7 @@ __device__ __forceinline__ void x_bf16_block(const float* __restrict__ x, const 
         c = codes[i];
         s = scales[b];
     }
-    out[i] = (u16)mxfp8_bf16(c, e8m0_to_float(s));
+    out[o] = (u16)mxfp8_bf16(c, e8m0_to_float(s));
 }
 
 // Four 32-blocks a warp: warp w of those writing x (numbered from 0 over
@@ -102,7 +114,8 @@ __device__ __forceinline__ void x_bf16_block(const float* __restrict__ x, const 
 template <class A>
 __device__ __forceinline__ void x_bf16_warp4(const A& a, u32 warp) {
     if (4 * warp >= (u32)a.n_blocks) return;
-    x_bf16_blocks4(a.x, a.codes, a.scales, a.out, a.form, a.recipe, a.chain, (u32)a.n_blocks, 4 * warp, threadIdx.x & 31);
+    x_bf16_blocks4(a.x, a.codes, a.scales, a.out, a.form, a.recipe, a.chain, (u32)a.n_blocks, 4 * warp, threadIdx.x & 31, a.k,
+                   a.k_out);
 }
 
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_x_bf16(const XBF16Args a) {
@@ -129,7 +142,7 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_route_x_bf16(con
     }
     int nwarps = (gridDim.x - 1) * (blockDim.x >> 5);
     for (int b = (blockIdx.x - 1) * (blockDim.x >> 5) + (threadIdx.x >> 5); b < a.n_blocks; b += nwarps)
-        x_bf16_block(a.x, a.codes, a.scales, a.out, a.form, a.recipe, a.chain, b, threadIdx.x & 31);
+        x_bf16_block(a.x, a.codes, a.scales, a.out, a.form, a.recipe, a.chain, b, threadIdx.x & 31, a.k, a.k_out);
     if (blockIdx.x == 1) zero_counts(a.ready, a.n_ready);
 }
 
