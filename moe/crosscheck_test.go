@@ -76,7 +76,7 @@ func bitwiseAgainstRef(t *testing.T, name string, chain moe.Chain) {
 			}
 		}
 		if diff > 0 {
-			t.Errorf("%s: %d of %d elements differ from numpy's emulation", filepath.Base(p), diff, len(ref))
+			t.Errorf("%s: %d of %d elements differ from its out_ref_f32", filepath.Base(p), diff, len(ref))
 		}
 	}
 }
@@ -92,3 +92,14 @@ func bitwiseAgainstRef(t *testing.T, name string, chain moe.Chain) {
 // float32 rounding, in different orders, so they agree bitwise unless a
 // float64 sum lands within its last bits of a float32 rounding boundary.
 func TestBF16ChainAgainstNumpy(t *testing.T) { bitwiseAgainstRef(t, "bf16", moe.ChainBF16) }
+
+// TestBF16ChainAgainstTorch runs the oracle's bf16 chain on the cases under
+// ../testdata/ref/bf16_torch_*.safetensors and compares with their
+// out_ref_f32: the chain computed by torch alone (its own E2M1 decode,
+// float64 matmuls rounded once to float32, the activations' float32
+// operations in the contract's order with torch's float64 tanh and exp,
+// torch's BF16 casts; scripts/gen_testdata.py bf16_torch, run on the GPU
+// machine), on x drawn N(0, 1) as BF16 with both biases, -1 slots, EP2
+// rank 1 (SiTU) and K = 160, N = 96 (GPT-OSS's clamped SwiGLU). Every
+// element agrees.
+func TestBF16ChainAgainstTorch(t *testing.T) { bitwiseAgainstRef(t, "bf16_torch", moe.ChainBF16) }

@@ -413,6 +413,70 @@ def bf16(out):
     bf16_case(out, "situ_ep2", rng, M=6, K=128, N=96, E_local=3, topk=4, ep_size=2, ep_rank=1, bias=False)
 
 
+def bf16_torch_case(out, tag, rng, M, K, N, E_local, topk, act, params, ep_size=1, ep_rank=0, mask_slot=False):
+    """The bf16 chain again, computed by torch alone (independent of the numpy
+    emulation above and of kimimoe): x drawn N(0, 1) by torch in float64 and
+    cast to BF16 by torch; the weights decoded by torch from a table of the 16
+    E2M1 values and torch.exp2 of the scales; each GEMM a torch float64 matmul
+    rounded once to float32; the biases added in float32; the activation with
+    every operation in float32, tanh and exp torch's float64 functions rounded
+    once to float32 (the contract's order of operations); the intermediate,
+    and each slot's float32 w * y, cast to BF16 by torch; the float32 sum in
+    slot order from 0. The codes, scales, biases and routing are drawn by
+    random_layer (numpy)."""
+    f32, f64, bf = torch.float32, torch.float64, torch.bfloat16
+    E_glob = E_local * ep_size
+    gen = torch.Generator().manual_seed(int(rng.integers(1 << 31)))
+    x = torch.randn(M, K, generator=gen, dtype=f64).to(bf).to(f32)
+    w31, w31s, w2, w2s, b1, b2, ids, wts = random_layer(rng, M, K, N, E_local, topk, E_glob, mask_slot)
+    lut = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=f64)
+
+    def dequant(q, s):  # [E, R, C/2] codes (element 2j low), [E, R, C/32] E8M0 -> float64 [E, R, C]
+        q, s = torch.from_numpy(q).long(), torch.from_numpy(s).to(f64)
+        v = torch.stack([lut[q & 0xF], lut[q >> 4]], dim=-1).flatten(-2)
+        return (v.unflatten(-1, (-1, 32)) * torch.exp2(s - 127.0).unsqueeze(-1)).flatten(-2)
+
+    W31, W2 = dequant(w31, w31s), dequant(w2, w2s)
+    B1, B2, WT = torch.from_numpy(b1), torch.from_numpy(b2), torch.from_numpy(wts)
+    tanh32 = lambda z: torch.tanh(z.to(f64)).to(f32)
+    sig32 = lambda z: 1.0 / (1.0 + torch.exp((-z).to(f64)).to(f32))  # float32 add and divide
+
+    def activation(g, u):  # float32 tensors, left to right as the contract writes them
+        if act == "situ":
+            b, lb = torch.tensor(params["beta"], dtype=f32), torch.tensor(params["lbeta"], dtype=f32)
+            return b * tanh32(g / b) * sig32(g) * (lb * tanh32(u / lb))
+        lim = torch.tensor(params["limit"], dtype=f32)
+        alpha, beta = torch.tensor(params["alpha"], dtype=f32), torch.tensor(params["beta"], dtype=f32)
+        g, u = torch.minimum(g, lim), torch.clamp(u, -lim, lim)
+        return g * sig32(alpha * g) * (u + beta)
+
+    ref = torch.zeros(M, K, dtype=f32)
+    for t, k, e in local_slots(ids, ep_rank, E_local):
+        h = (W31[e] @ x[t].to(f64)).to(f32) + B1[e]
+        a = activation(h[N:], h[:N]).to(bf).to(f64)
+        y = (W2[e] @ a).to(f32) + B2[e]
+        ref[t] = ref[t] + (WT[t, k] * y).to(bf).to(f32)
+    tensors = {"x": x.numpy(), "topk_ids": ids, "topk_weights": wts, "w31": w31, "w31_scale": w31s,
+               "w2": w2, "w2_scale": w2s, "w31_bias": b1, "w2_bias": b2, "out_ref_f32": ref.numpy()}
+    meta = {"activation": act, "recipe": "rceil", "chain": "bf16", "ep_size": ep_size, "ep_rank": ep_rank,
+            "made_by": "scripts/gen_testdata.py bf16_torch (torch %s: float64 matmuls, float32 activation, "
+                       "torch bf16 casts)" % torch.__version__}
+    if act == "situ":
+        meta.update(situ_beta=params["beta"], situ_linear_beta=params["lbeta"])
+    else:
+        meta.update(swiglu_alpha=params["alpha"], swiglu_beta=params["beta"], swiglu_limit=params["limit"])
+    write_safetensors(f"{out}/bf16_torch_{tag}.safetensors", tensors, meta)
+
+
+def bf16_torch(out):
+    rng = np.random.default_rng(31)
+    bf16_torch_case(out, "situ_ep2_bias", rng, M=16, K=256, N=128, E_local=4, topk=4, act="situ",
+                    params={"beta": 4.0, "lbeta": 25.0}, ep_size=2, ep_rank=1, mask_slot=True)
+    # GPT-OSS's activation at a K and N that are not multiples of 128 (as its 2880).
+    bf16_torch_case(out, "oai_k160_n96", rng, M=12, K=160, N=96, E_local=4, topk=4, act="swiglu_oai",
+                    params={"alpha": 1.702, "beta": 1.0, "limit": 7.0}, mask_slot=True)
+
+
 def flashinfer(out):
     rng = np.random.default_rng(4597)
     flashinfer_case(out, "situ_bias", rng, M=8, K=256, N=64, E_local=4, topk=3, mask_slot=True)
@@ -420,10 +484,11 @@ def flashinfer(out):
 
 
 if __name__ == "__main__":
-    # usage: gen_testdata.py OUTDIR [formats|activations|oracle|flashinfer|bf16 ...]
+    # usage: gen_testdata.py OUTDIR [formats|activations|oracle|flashinfer|bf16|bf16_torch ...]
     out = sys.argv[1]
-    parts = sys.argv[2:] or ["formats", "activations", "oracle", "flashinfer", "bf16"]
-    if "formats" in parts or "oracle" in parts or "flashinfer" in parts or "bf16" in parts:
+    parts = sys.argv[2:] or ["formats", "activations", "oracle", "flashinfer", "bf16", "bf16_torch"]
+    if any(p != "activations" for p in parts):
         need_ml_torch()
     for part in parts:
-        {"formats": formats, "activations": activations, "oracle": oracle, "flashinfer": flashinfer, "bf16": bf16}[part](out)
+        {"formats": formats, "activations": activations, "oracle": oracle, "flashinfer": flashinfer, "bf16": bf16,
+         "bf16_torch": bf16_torch}[part](out)
