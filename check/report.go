@@ -319,8 +319,13 @@ func describe(c *validation.Case) Checked {
 	ch := Checked{M: in.M, K: w.K, N: w.N, ELocal: w.E, TopK: in.TopK, Activation: s.Activation.String(),
 		Params: paramString(s.Activation, s.Params), Recipe: s.Recipe.String(), Chain: s.Chain.String(),
 		EPRank: ep.Rank, EPSize: ep.Size, Slots: len(in.TopKIDs), X: "x (float, quantized by the recipe)"}
-	if in.XQ != nil {
+	switch {
+	case in.XQ != nil:
 		ch.X = "x_q + x_scale (given quantized)"
+	case s.Chain == moe.ChainBF16 && notBF16(c) == 0:
+		ch.X = "x (BF16 values, taken as given)"
+	case s.Chain == moe.ChainBF16:
+		ch.X = "x (float, rounded to BF16, nearest even)"
 	}
 	for t := range in.M {
 		local := 0
