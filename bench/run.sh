@@ -12,12 +12,15 @@
 # compare.md (kimimoe compare: per M, each peer / kimimoe),
 # compare_bf16.md (triton_kernels / the bf16 chain) and bench.svg (kimimoe
 # plot), and run.log. SHAPE=gpt-oss-120b or gpt-oss-20b benches that layer
-# instead (and validates --suite gpt-oss); the Triton MX MoE then does not
-# run. The kimimoe command is built with go when go is on PATH, else taken
+# instead (and validates --suite gpt-oss on the mxfp8 and bf16 chains too),
+# with OUTDIR bench/results/SHAPE by default; the Triton MX MoE then does
+# not run. The kimimoe command is built with go when go is on PATH, else taken
 # from $KIMIMOE or PATH.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+shape=${SHAPE:-kimi}
 final=${1:-bench/results}
+[ "$shape" = kimi ] || final=${1:-bench/results/$shape}
 mkdir -p "$final" || exit 1
 # The call writes into a folder of its own and replaces OUTDIR's record
 # only once it is complete: a failed call leaves the old record whole.
@@ -31,7 +34,6 @@ fi
 km=${KIMIMOE:-kimimoe}
 # SHAPE: the benched layer (kimimoe bench --shape); the Triton MX MoE runs
 # the Kimi shape only.
-shape=${SHAPE:-kimi}
 case $shape in
 kimi | gpt-oss-120b | gpt-oss-20b) ;;
 *) echo "SHAPE=$shape: want kimi, gpt-oss-120b or gpt-oss-20b" >&2; exit 2 ;;
@@ -41,21 +43,29 @@ step() { echo "== $* (t=$(($(date +%s) - t0)) s)"; }
 date -u
 "$km" --version
 nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv,noheader
+# The validations run side by side (they time nothing), before any bench.
+step "validate --suite all, the three chains at once"
+pids=()
 for chain in mxfp8 flashinfer bf16; do
-  step "validate, $chain chain"
-  "$km" validate --backend cuda --suite all --require-situ --chain "$chain" --json "$out/validate_$chain.json" | tail -1
+  "$km" validate --backend cuda --suite all --require-situ --chain "$chain" --json "$out/validate_$chain.json" > "$out/validate_$chain.txt" 2>&1 &
+  pids+=($!)
 done
 if [ "$shape" != kimi ]; then
-  step "validate, the GPT-OSS layers"
-  "$km" validate --backend cuda --suite gpt-oss --json "$out/validate_gpt-oss.json" | tail -1
+  for chain in mxfp8 bf16; do
+    "$km" validate --backend cuda --suite gpt-oss --chain "$chain" --json "$out/validate_gpt-oss_$chain.json" > "$out/validate_gpt-oss_$chain.txt" 2>&1 &
+    pids+=($!)
+  done
 fi
+for p in "${pids[@]}"; do wait "$p"; done
+for f in "$out"/validate_*.txt; do echo "$(basename "$f" .txt): $(tail -1 "$f")"; done
+rm -f "$out"/validate_*.txt
 ms=1,2,4,8,16,32,128,256,512,1024,2048,8192
 step "kimimoe bench"
 "$km" bench --backend cuda --shape "$shape" --m "$ms" --rounds 20 --json "$out/bench.json" ||
   { echo "kimimoe bench failed: $final is unchanged; this call's files are in $out"; exit 1; }
 step "kimimoe bench, bf16 chain (W4A16)"
-# Not fatal: the bf16 chain needs one of the two wgmma paths (sm_90, K and
-# N multiples of 128).
+# Not fatal: the bf16 chain needs one of the two wgmma paths (an sm_90
+# device).
 "$km" bench --backend cuda --shape "$shape" --m "$ms" --rounds 20 --chain bf16 --json "$out/bench_bf16.json" ||
   echo "the bf16 chain was not benched"
 peer=$(mktemp -d)
