@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"sort"
@@ -86,8 +87,12 @@ func runCompare(args []string) error {
 	if err != nil {
 		return err
 	}
-	if kimi := moe.KimiK3(); (doc.K != 0 && doc.K != kimi.K) || (doc.N != 0 && doc.N != kimi.N) {
-		return usagef("%s: benched at K=%d N=%d; the peers run Kimi's K=%d N=%d", *benchPath, doc.K, doc.N, kimi.K, kimi.N)
+	kimi := moe.KimiK3()
+	bk, bn := cmp.Or(doc.K, kimi.K), cmp.Or(doc.N, kimi.N)
+	for _, pd := range peers {
+		if k, n := pd.shape(); k != bk || n != bn {
+			return usagef("%s: benched at K=%d N=%d; %s's file ran K=%d N=%d", *benchPath, bk, bn, pd.name(), k, n)
+		}
 	}
 	if !*anyTime {
 		for _, pd := range peers {

@@ -544,6 +544,19 @@ func TestCompareCommand(t *testing.T) {
 	if _, err := capture(t, func() error { return runCompare([]string{"--bench", small, "--peers", peers}) }); !errors.As(err, &ue) || !strings.Contains(err.Error(), "K=256") {
 		t.Errorf("a bench at K=N=256 against the Kimi-shape peer: %v, want a usage error naming the shape", err)
 	}
+	// A peer that records its layer (triton_kernels' script at a GPT-OSS
+	// shape) pairs with a bench of that shape, and only with one.
+	oss := write("oss.json", `{"backend": "cuda", "device": "GPU", "date": "2026-11-30T23:24:28Z", "k": 2880, "n": 2880, "rows": [
+		{"m": 1, "median_ms": 0.04, "floor_ms": 0.01, "path": "wgmma-fp4"}]}`)
+	tkOSS := write("tk_oss.json", `{"peer": "triton_kernels", "date": "2026-11-30T23:28:00+00:00", "device": "GPU",
+		"workload": {"E_local": 128, "K_hidden": 2880, "N_intermediate": 2880}, "rows": [{"m": 1, "graph_ms": 0.08}]}`)
+	out, err = capture(t, func() error { return runCompare([]string{"--bench", oss, "--peers", tkOSS, "--markdown"}) })
+	if err != nil || !strings.Contains(out, "| 1 | wgmma-fp4 | 0.0400 | 0.0100 | 4.00 | 0.080 | 2.00 |") {
+		t.Errorf("a GPT-OSS bench against its peer (%v):\n%s", err, out)
+	}
+	if _, err := capture(t, func() error { return runCompare([]string{"--bench", bench, "--peers", tkOSS}) }); !errors.As(err, &ue) || !strings.Contains(err.Error(), "K=2880 N=2880") {
+		t.Errorf("a Kimi bench against a GPT-OSS peer: %v, want a usage error naming the peer's shape", err)
+	}
 	none := write("none.json", `{"date_utc": "2026-11-30T23:26:00Z", "device": "GPU", "rows": [{"M": 2, "triton_graph_ms": 0.2}]}`)
 	if _, err := capture(t, func() error { return runCompare([]string{"--bench", bench, "--peers", none}) }); !errors.As(err, &ue) {
 		t.Errorf("no M in common: %v, want a usage error", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"image/color"
@@ -11,6 +12,7 @@ import (
 	"strings"
 
 	"kimimoe/internal/regular"
+	"kimimoe/moe"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -38,11 +40,27 @@ type peerDoc struct {
 	Date    string `json:"date"`
 	Device  string `json:"device"`
 	Timing  any    `json:"timing"` // a string, or the triton_kernels script's object of notes
-	Rows    []struct {
+	// Workload is the layer the peer ran: triton_kernels' script writes
+	// K_hidden and N_intermediate, the Triton MX MoE's K and N; absent in
+	// older files, whose peers ran the Kimi shape.
+	Workload struct {
+		K      int `json:"K_hidden"`
+		N      int `json:"N_intermediate"`
+		KShort int `json:"K"`
+		NShort int `json:"N"`
+	} `json:"workload"`
+	Rows []struct {
 		M       int     `json:"M"` // JSON keys match case-insensitively: "m" too
 		GraphMS float64 `json:"triton_graph_ms"`
 		Graph2  float64 `json:"graph_ms"`
 	} `json:"rows"`
+}
+
+// shape is the peer's K and N (Kimi's where its file does not say).
+func (d *peerDoc) shape() (k, n int) {
+	w, kimi := d.Workload, moe.KimiK3()
+	k, n = cmp.Or(w.K, w.KShort, kimi.K), cmp.Or(w.N, w.NShort, kimi.N)
+	return k, n
 }
 
 // when is the peer's date.
