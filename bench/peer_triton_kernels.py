@@ -207,7 +207,9 @@ def main():
                                        make_ragged_tensor_metadata, wrap_torch_tensor)
     from triton_kernels.tensor_details import layout
 
-    RESULT["software"]["triton_kernels_file"] = os.path.relpath(triton_kernels.__file__, HERE)
+    # Where the package came from, relative to TRITON_KERNELS_SRC (the
+    # user's own folder says nothing about the measurement).
+    RESULT["software"]["triton_kernels_file"] = os.path.join("$TRITON_KERNELS_SRC", os.path.relpath(triton_kernels.__file__, SRC))
     log("triton_kernels from", triton_kernels.__file__)
     if not triton_kernels.__file__.startswith(SRC):
         note("WARNING: triton_kernels was not imported from TRITON_KERNELS_SRC")
