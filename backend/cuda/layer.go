@@ -144,7 +144,7 @@ func (l *Layer) Tuning() Tuning {
 // plan is the launch plan of an m-token forward of top-k whose x does
 // (wide) or does not pass BF16's range.
 func (l *Layer) plan(m, topk int, wide bool) Plan {
-	return choosePlan(planShape{m: m, topk: topk, k: l.w.K, n: l.w.N, e: l.w.E,
+	return choosePlan(planShape{m: m, topk: topk, k: l.w.K, n: l.w.N, e: l.w.E, allLocal: l.spec.EP.Normalize().Size == 1,
 		wg: l.wg.w31 != 0, f4: l.f4.w31 != 0, wgRows: l.wg.rows, wide: wide, bf16: l.spec.Chain == moe.ChainBF16, tune: l.tune})
 }
 

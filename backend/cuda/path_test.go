@@ -245,3 +245,40 @@ func TestF4sAddressable(t *testing.T) {
 		t.Error("the 16-token tile refused for a buffer its 64-bit addressing reaches")
 	}
 }
+
+// The wgmma-fp4 tile thresholds follow tokens an expert: a one-rank layer
+// whose experts get as many tokens a token as the Kimi EP32 rank-7 bench's
+// (8 local slots over 28 experts) takes the bench's plan at every M;
+// GPT-OSS-120B's 128 experts at top-4 (1/32 of a token each) take the
+// small tiles far above the bench's M for them.
+func TestPlanByTokensPerExpert(t *testing.T) {
+	for _, m := range []int{1, 2, 8, 16, 24, 32, 48, 64, 89, 128, 192, 256, 512, 1024, 2048, 8192} {
+		ep := choosePlan(kimiShape(m, Tuning{}))
+		one := kimiShape(m, Tuning{})
+		one.topk, one.allLocal = 8, true
+		got := choosePlan(one)
+		type kernels struct { // the choices by tokens an expert (tile rows and the prologue go by entries)
+			path                                      Path
+			tile                                      int
+			loop                                      Loop
+			deep2, act, actByTile, tileReady, pdlFlag bool
+		}
+		of := func(p Plan) kernels {
+			return kernels{p.Path, p.Tile, p.Loop, p.Deep2, p.ActKernel, p.ActByTile, p.TileReady, p.PDL}
+		}
+		if of(got) != of(ep) {
+			t.Errorf("M=%d: one rank at the bench's tokens an expert plans\n%s\nthe bench plans\n%s", m, got, ep)
+		}
+	}
+	oss := func(m int) Plan {
+		return choosePlan(planShape{m: m, topk: 4, k: 2880, n: 2880, e: 128, f4: true, allLocal: true, bf16: true})
+	}
+	for _, c := range []struct{ m, tile int }{{1, 8}, {256, 16}, {512, 32}, {1024, 48}, {2048, 64}, {8192, 64}} {
+		if p := oss(c.m); p.Tile != c.tile {
+			t.Errorf("GPT-OSS-120B M=%d: tile %d, want %d (%s)", c.m, p.Tile, c.tile, p)
+		}
+	}
+	if p := oss(256); p.Loop != LoopSync || p.ActKernel {
+		t.Errorf("GPT-OSS-120B M=256 (8 tokens an expert): want the 16-token mma.sync loop without the activation kernel, got %s", p)
+	}
+}

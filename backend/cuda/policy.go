@@ -105,10 +105,31 @@ const actByTileMaxMDefault = 192
 // slower above, so it takes every M.
 const routeManyMaxMDefault = 8192
 
+// The wgmma-fp4 thresholds on M were measured on the Kimi EP32 rank-7
+// bench, whose routing gives each of the 28 local experts kimiPerExpert
+// tokens a token (8 of 16 slots local). What they stand for is tokens an
+// expert, which fill the tiles; a layer whose slots are all local (one
+// rank: GPT-OSS's 128 experts at top-4 get 1/32 of a token each) takes
+// them at the M giving its experts as many tokens (f4EquivM).
+const kimiPerExpert = 8.0 / 28
+
+// f4EquivM is the token count at the Kimi bench that gives its experts as
+// many tokens each as m tokens give this layer's: m itself for an
+// expert-parallel layer (its local share is the router's to decide; the
+// thresholds keep the bench's), m x topk / e / kimiPerExpert for one whose
+// slots are all local.
+func f4EquivM(s planShape) int {
+	if !s.allLocal {
+		return s.m
+	}
+	return max(1, int(math.Round(float64(s.m)*float64(s.topk)/float64(s.e)/kimiPerExpert)))
+}
+
 // planShape is what a plan is chosen from: the forward's shape, what the
 // layer has on the device, and the tuning.
 type planShape struct {
 	m, topk, k, n, e int
+	allLocal         bool // one rank: every slot's expert is local
 	wg, f4           bool   // the wgmma and wgmma-fp4 weights are on the device
 	wgRows           [2]int // the wgmma GEMMs' weight rows a tile
 	wide             bool   // x passes BF16's range (xPastBF16)
@@ -168,12 +189,13 @@ func choosePlan(s planShape) Plan {
 	case PathWGMMA:
 		p.Tile, p.WGRows = abiWGTokens, s.wgRows
 	case PathFP4:
-		p.Tile = f4TileTokens(s.m)
+		em := f4EquivM(s) // the tile-sized thresholds, by tokens an expert
+		p.Tile = f4TileTokens(em)
 		if t.FP4Tile != 0 {
 			p.Tile = t.FP4Tile
 		}
 		p.Loop = LoopWGMMA
-		if s.m <= or(t.FP4FitMaxM, f4FitMaxMDefault) && slices.Contains(f4FitTiles, p.Tile) {
+		if em <= or(t.FP4FitMaxM, f4FitMaxMDefault) && slices.Contains(f4FitTiles, p.Tile) {
 			p.Loop = LoopFitted
 		}
 		if !t.NoFP4Sync && slices.Contains(f4sTiles, p.Tile) && f4sAddressable(p.Tile, s.m*padTo(s.k), entries*padTo(s.n)) { // the padded rows (f4Dims)
@@ -181,9 +203,9 @@ func choosePlan(s planShape) Plan {
 			p.Deep2 = p.Tile == 8 && s.m <= f4sDeepMaxM
 		}
 		p.PDL = !t.NoPDL
-		p.ActKernel = s.m >= or(t.FP4ActMinM, f4ActMinMDefault) && s.m <= or(t.FP4ActMaxM, f4ActMaxMDefault)
+		p.ActKernel = em >= or(t.FP4ActMinM, f4ActMinMDefault) && s.m <= or(t.FP4ActMaxM, f4ActMaxMDefault) // the upper bound is memory: M
 		p.TileReady = s.m >= f4TileReadyMinM && !t.NoTileReady
-		p.ActByTile = p.ActKernel && p.TileReady && s.m <= or(t.ActByTileMaxM, actByTileMaxMDefault)
+		p.ActByTile = p.ActKernel && p.TileReady && em <= or(t.ActByTileMaxM, actByTileMaxMDefault)
 		if p.ActKernel && !p.ActByTile {
 			p.TileReady = false // GEMM2 waits for all of the activation kernel
 		}
