@@ -91,9 +91,11 @@
 // tensor cores sum whole rows in float32 with no per-block scaling. Two
 // warpgroups a CTA (GEMM1's up and gate rows of 32 features, so the
 // activation and MXFP8 requantization are fused in registers). The
-// token tile grows with M (f4TileTokens); the tiles of 32 to 64 tokens
-// run the wgmma at N = the tile's tokens rounded up to 8 up to 512
-// tokens; the tiles of 8 and 16 tokens run the same widened fragments
+// token tile grows with the tokens an expert gets (f4TileTokens at
+// f4EquivM: M for an expert-parallel layer, scaled by top-k over the
+// experts for a one-rank layer such as GPT-OSS's); the tiles of 32 to 64
+// tokens run the wgmma at N = the tile's tokens rounded up to 8 up to an
+// equivalent 512 tokens; the tiles of 8 and 16 tokens run the same widened fragments
 // through mma.sync m16n8k16 with no warpgroup-wide wait (bitwise equal to
 // the wgmma loop in the tests). Its launches use programmatic dependent
 // launch, and from M = 2 each GEMM2 CTA waits only for the GEMM1 CTAs of
