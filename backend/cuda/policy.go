@@ -131,7 +131,7 @@ func f4EquivM(s planShape) int {
 // layer has on the device, and the tuning.
 type planShape struct {
 	m, topk, k, n, e int
-	allLocal         bool // one rank: every slot's expert is local
+	allLocal         bool   // one rank: every slot's expert is local
 	wg, f4           bool   // the wgmma and wgmma-fp4 weights are on the device
 	wgRows           [2]int // the wgmma GEMMs' weight rows a tile
 	wide             bool   // x passes BF16's range (xPastBF16)
