@@ -21,6 +21,10 @@ Environment knobs:
                   what it has.
   PEER_M          comma-separated token counts (default: the 12 of the brief).
   PEER_CHECK_M    comma-separated M values to check against the fp32 reference.
+  PEER_SHAPE      kimi (default), gpt-oss-120b or gpt-oss-20b; PEER_E, PEER_K, PEER_N,
+                  PEER_TOPK override one value.
+  PEER_BIAS       1: FC1 and FC2 biases, as GPT-OSS's layers have (default 1 for the
+                  GPT-OSS shapes, 0 for Kimi's).
   PEER_ALT_NUM_WARPS  extra graph-only sweep (M <= 512) with the scales swizzled for this
                   num_warps (default 4, triton_kernels' own bench choice; 0 = off).
   OUT             output folder (default ./out_local); writes peer_triton_kernels.json
@@ -65,6 +69,9 @@ E = int(os.environ.get("PEER_E", E))          # local experts
 K = int(os.environ.get("PEER_K", K))          # hidden size (FC1 reduction dim, FC2 output dim)
 N = int(os.environ.get("PEER_N", N))          # expert intermediate size (FC1 has 2N outputs: gate/up interleaved)
 TOPK = int(os.environ.get("PEER_TOPK", TOPK)) # local top-k slots per token
+# PEER_BIAS=1 adds FC1 and FC2 biases (float32, N(0, 1/4)), as GPT-OSS's
+# layers have and vLLM passes them; the default is on for the GPT-OSS shapes.
+BIAS = os.environ.get("PEER_BIAS", "1" if SHAPE.startswith("gpt-oss") else "0") == "1"
 SWIGLU_ALPHA = 1.702   # GPT-OSS values, as vLLM passes them
 SWIGLU_LIMIT = 7.0
 NUM_WARPS_SWIZZLE = 8  # vLLM's value for the non-batched MoE path
@@ -107,7 +114,7 @@ RESULT = {
         "fc1_weight": "[E, 2N, K] MXFP4 (E2M1, E8M0 scale per 32 along K), gate/up rows interleaved",
         "fc2_weight": "[E, K, N] MXFP4 (E2M1, E8M0 scale per 32 along N)",
         "activations": "BF16 in, BF16 out (BF16 intermediate)",
-        "bias": None,
+        "bias": "FC1 [E, 2N] and FC2 [E, K], float32 N(0, 1/4)" if BIAS else None,
         "activation_fn": "triton_kernels fused SwiGLU epilogue (GPT-OSS clamped variant, alpha=%g, limit=%g)"
                          % (SWIGLU_ALPHA, SWIGLU_LIMIT),
         "shape": SHAPE, "routing": "seeded uniform: each token picks TOPK distinct experts of E uniformly at random "
@@ -232,6 +239,10 @@ def main():
 
     w1_q, w1_s = rand_mxfp4(2 * N, K)   # FC1 [E, 2N, K]
     w2_q, w2_s = rand_mxfp4(K, N)       # FC2 [E, K, N]
+    b1 = b2 = None
+    if BIAS:  # rows as FC1's (gate/up interleaved)
+        b1 = torch.randn((E, 2 * N), device=dev, generator=gen) * 0.5
+        b2 = torch.randn((E, K), device=dev, generator=gen) * 0.5
     torch.cuda.synchronize()
     log("random MXFP4 weights made in %.1fs: w1 %s/%s, w2 %s/%s" % (
         time.time() - t, tuple(w1_q.shape), tuple(w1_s.shape), tuple(w2_q.shape), tuple(w2_s.shape)))
@@ -328,10 +339,14 @@ def main():
             if tok.numel() == 0:
                 continue
             h = xf[tok] @ w1_ref[e].float().t()              # [n, 2N]
+            if b1 is not None:
+                h = h + b1[e]
             gate = h[:, 0::2].clamp(max=SWIGLU_LIMIT)
             lin = h[:, 1::2].clamp(min=-SWIGLU_LIMIT, max=SWIGLU_LIMIT)
             a = gate * torch.sigmoid(SWIGLU_ALPHA * gate) * (lin + 1.0)
             o = a @ w2_ref[e].float().t()                      # [n, K]
+            if b2 is not None:
+                o = o + b2[e]
             y.index_add_(0, tok, o * wts[tok, slot].float().unsqueeze(1))
         return y
 
@@ -409,10 +424,10 @@ def main():
             out = torch.empty((1, m, K), dtype=torch.bfloat16, device=dev)
 
             def fc1_fc2(rdata, gidx, sidx):
-                # = vLLM triton_kernel_fused_experts (no bias, apply_router_weight_on_input=False)
-                matmul_ogs(x, w1t, None, rdata, gather_indx=gidx, precision_config=p1,
+                # = vLLM triton_kernel_fused_experts (apply_router_weight_on_input=False)
+                matmul_ogs(x, w1t, b1, rdata, gather_indx=gidx, precision_config=p1,
                            fused_activation=act, y=inter)
-                matmul_ogs(inter.view(m * TOPK, N), w2t, None, rdata, scatter_indx=sidx,
+                matmul_ogs(inter.view(m * TOPK, N), w2t, b2, rdata, scatter_indx=sidx,
                            precision_config=p2, gammas=rdata.gate_scal, y=out)
                 return out
 
