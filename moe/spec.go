@@ -16,11 +16,11 @@ var ErrInput = errors.New("moe: bad input")
 
 // Chain names a precision chain: what happens between the two GEMMs.
 //
-//	chain       GEMM1 result      activation             intermediate                GEMM2 rows, top-k sum
-//	exact       exact             float64                float64, not requantized    exact, float64
-//	mxfp8       exact             float64                MXFP8 (the layer's recipe)  exact, float64
-//	flashinfer  rounded to bf16   float32, rounded bf16  MXFP8 rceil                 bf16 rows, float32 sum
-//	bf16        rounded to f32    float32, rounded bf16  bf16 (x bf16, never MXFP8)  f32, w*y as bf16 rows, f32 sum
+//	chain       GEMM1 result        activation             intermediate                GEMM2 rows, top-k sum
+//	exact       exact               float64                float64, not requantized    exact, float64
+//	mxfp8       exact               float64                MXFP8 (the layer's recipe)  exact, float64
+//	flashinfer  rounded to bf16     float32, rounded bf16  MXFP8 rceil                 bf16 rows, float32 sum
+//	bf16        rounded to float32  float32, rounded bf16  bf16 (x bf16, never MXFP8)  float32, w*y as bf16 rows, float32 sum
 //
 // docs/CONTRACT.md says which kernels round where each chain rounds.
 type Chain uint8

@@ -216,7 +216,7 @@ func BF16FromFloat64(x float64) uint16 { return BF16FromFloat32(Float32RoundToOd
 
 // Float32RoundToOdd rounds x to float32 toward zero and, if that was
 // inexact, sets the last significand bit ("round to odd"). Rounding the
-// result to any format with at least 2 fewer significand bits (bf16, f16)
+// result to any format with at least 2 fewer significand bits (BF16, F16)
 // gives the same value as rounding x directly: the odd bit keeps the
 // sticky information a second rounding needs. NaN stays NaN. Note that the
 // result can exceed float32's range only where x does (then it is ±Inf,

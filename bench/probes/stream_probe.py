@@ -25,11 +25,11 @@
 #         mbarrier a slot; the threads wait on the slot's mbarrier, read
 #         their words with ld.shared, meet at the warpgroup's named
 #         barrier, and the copying thread refills the slot R steps ahead
-#         (a feed the path has not had: its smem ring, tried after f29,
+#         (a feed the path has not had: its shared-memory ring, tried once,
 #         copied 16 bytes a thread with cp.async).
 # work: integer instructions a 32-bit word after it arrives (0: the
 # stream alone; 12: about the widening's nine ALU instructions and four
-# BF16 multiplies a word, docs/PERF.md f24), a dependent chain folded
+# BF16 multiplies a word, as docs/PERF.md counts them), a dependent chain folded
 # into one register so that nothing is dead; or "mma8" / "mma16" (regs
 # feed): the path's own widening of each word (f4_widen's nine integer
 # instructions and four BF16 multiplies, the multipliers two instructions
@@ -47,7 +47,7 @@
 # as a loop must stage them, a window of two steps at a time (8 KB, two
 # 16-byte cp.async a thread into the other of two buffers, swizzled), the
 # CTA meeting at a barrier once a window (the mma.sync loop's scheme,
-# f12, on wgmma), the token rows being the first 16 x K x 2 bytes of the
+# on wgmma), the token rows being the first 16 x K x 2 bytes of the
 # role's weights (hot in L2, as x and the intermediate are); "wg16w4",
 # "wg16w8": windows of 4 and 8 steps; "wg16wb": the 2-step windows'
 # waits and barriers without the copies, "wg16wc": the copies without
@@ -71,7 +71,7 @@
 # both with GEMM2 dependent (each GEMM2 CTA issues its first steps, then
 # waits until all of GEMM1's CTAs have counted, then goes on: the order
 # the forward must keep, with GEMM2's first weights in flight before the
-# wait, as kmoe's GEMM2 has them, f14/f18). The GEMM2 CTAs are dispatched
+# wait, as kmoe's GEMM2 has them). The GEMM2 CTAs are dispatched
 # after the GEMM1 ones (a grid's CTAs start in order), so the wait ends;
 # a bound on the spin reports a wait that did not.
 # Each configuration runs at C CTAs an SM (set by its dynamic shared

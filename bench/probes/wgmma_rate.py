@@ -6,7 +6,7 @@
 # at every N the path uses (8 .. 64, its tiles' tokens) and at 128 and 256,
 # with 1, 2 or 4 warpgroups an SM. Nothing else runs in the loop: each
 # warpgroup issues a 64-k chunk's four wgmmas, commits them and waits for
-# the group before (the path's f27 pipeline), so the figures are what the
+# the group before (the path's own pipeline), so the figures are what the
 # MMAs alone can reach, the bound that docs/PERF.md compares the GEMMs
 # with. Run on the GPU machine (torch for the context and the events;
 # NVRTC and the driver through ctypes, sm_90a cubins):
