@@ -141,6 +141,15 @@ func (l *Layer) Tuning() Tuning {
 	return l.tune
 }
 
+// rowK is the row length of x's BF16 copy and of GEMM2's rows on path p:
+// the wgmma-fp4 GEMMs' padded K on their path (f4Dims), else K.
+func (l *Layer) rowK(p Path) int {
+	if p == PathFP4 {
+		return l.f4.k
+	}
+	return l.w.K
+}
+
 // plan is the launch plan of an m-token forward of top-k whose x does
 // (wide) or does not pass BF16's range.
 func (l *Layer) plan(m, topk int, wide bool) Plan {

@@ -32,10 +32,7 @@ func (l *Layer) prologueSteps(ws *workspace, p *Plan) []step {
 	ready, _, nReady := ws.readyCounts(p)
 	nblocks := m * w.K / 32
 	xCTAs4 := ((nblocks+3)/4*32 + abiThreads - 1) / abiThreads // x as BF16 four blocks a warp (kmoe_x_bf16, kmoe_route_x_many)
-	kout := w.K                                                // x's row stride as BF16: the wgmma-fp4 GEMMs' padded K on their path
-	if p.Path == PathFP4 {
-		kout = l.f4.k
-	}
+	kout := l.rowK(p.Path)                                     // x's row stride as BF16
 	routeX := func() *routeXBF16Args {
 		return &routeXBF16Args{X: ws.x, Codes: ws.xq, Scales: ws.xs, IDs: ws.ids, Out: ws.xbf, Pos: ws.pos, Perm: ws.perm,
 			Offset: ws.offset, TileBase: ws.tileBase, Ready: ready, NBlocks: i32(nblocks), NEntries: i32(entries), Rank: i32(l.epRank),

@@ -77,10 +77,7 @@ func (l *Layer) steps(ws *workspace) []step {
 // it).
 func (l *Layer) finalizeStep(ws *workspace, pdl bool) step {
 	w, s := l.w, l.b.stream
-	yld := w.K // GEMM2's rows: the wgmma-fp4 GEMMs' are the padded K
-	if ws.plan().Path == PathFP4 {
-		yld = l.f4.k
-	}
+	yld := l.rowK(ws.plan().Path) // GEMM2's rows
 	return step{"finalize", func() error {
 		launch := l.b.k.finalize.launchWith
 		if pdl {
