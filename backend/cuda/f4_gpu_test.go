@@ -403,16 +403,7 @@ func TestF4Padded(t *testing.T) {
 						t.Fatalf("K=%d N=%d %v M=%d: a second forward differs at %d: %g, then %g", w.K, w.N, chain, m, i, out[i], again[i])
 					}
 				}
-				rows := validation.SampleRows(m, 16, uint64(m))
-				ref := make([]float64, len(rows)*w.K)
-				if err := o.Forward(ref, in, rows); err != nil {
-					t.Fatal(err)
-				}
-				got := make([]float64, 0, len(ref))
-				for _, r := range rows {
-					got = append(got, validation.Widen(out[r*w.K:(r+1)*w.K])...)
-				}
-				if met := validation.Compare(got, ref); met.Cosine < backend.MinCosine || !(met.NRMSE <= backend.MaxNRMSE) {
+				if met := oracleMetrics(t, o, in, w.K, out)[0]; met.Cosine < backend.MinCosine || !(met.NRMSE <= backend.MaxNRMSE) {
 					t.Errorf("K=%d N=%d %v M=%d against the oracle: %+v", w.K, w.N, chain, m, met)
 				}
 			}

@@ -368,6 +368,26 @@ func kimiInput(t *testing.T, s *validation.CaseSpec, w *moe.Weights, m int, seed
 	return &c.Input
 }
 
+// oracleMetrics compares each of outs (k columns a row) with the oracle
+// on 16 rows of in, sampled with seed M (the oracle run once).
+func oracleMetrics(t *testing.T, o *moe.Oracle, in *moe.Input, k int, outs ...[]float32) []validation.Metrics {
+	t.Helper()
+	rows := validation.SampleRows(in.M, 16, uint64(in.M))
+	ref := make([]float64, len(rows)*k)
+	if err := o.Forward(ref, in, rows); err != nil {
+		t.Fatal(err)
+	}
+	mets := make([]validation.Metrics, len(outs))
+	for i, out := range outs {
+		got := make([]float64, 0, len(ref))
+		for _, r := range rows {
+			got = append(got, validation.Widen(out[r*k:(r+1)*k])...)
+		}
+		mets[i] = validation.Compare(got, ref)
+	}
+	return mets
+}
+
 // comparePaths checks two paths' outputs of one input (k columns a row)
 // against the oracle on 16 sampled rows, and logs how many values the two
 // share bitwise and their NRMSE against each other.
@@ -380,17 +400,8 @@ func comparePaths(t *testing.T, o *moe.Oracle, in *moe.Input, k int, names [2]st
 			same++
 		}
 	}
-	rows := validation.SampleRows(m, 16, uint64(m))
-	ref := make([]float64, len(rows)*k)
-	if err := o.Forward(ref, in, rows); err != nil {
-		t.Fatal(err)
-	}
-	for i, out := range outs {
-		got := make([]float64, 0, len(ref))
-		for _, r := range rows {
-			got = append(got, validation.Widen(out[r*k:(r+1)*k])...)
-		}
-		if met := validation.Compare(got, ref); met.Cosine < backend.MinCosine || !(met.NRMSE <= backend.MaxNRMSE) {
+	for i, met := range oracleMetrics(t, o, in, k, outs[:]...) {
+		if met.Cosine < backend.MinCosine || !(met.NRMSE <= backend.MaxNRMSE) {
 			t.Errorf("M=%d %s against the oracle: %+v", m, names[i], met)
 		}
 	}
