@@ -49,6 +49,7 @@ def main(out_dir):
     import torch
     import triton
     import kimimoe
+    from kimimoe._torch import _to_up_gate, write_candidate
     import triton_kernels.swiglu
     from triton_kernels.matmul_ogs import (FlexCtx, FnSpecs, FusedActivation, GatherIndx, PrecisionConfig,
                                            RoutingData, ScatterIndx, matmul_ogs)
@@ -109,14 +110,13 @@ def main(out_dir):
 
     common = dict(x=x, topk_ids=ids, topk_weights=wts, w2=w2_q, w2_scale=w2_s, w2_bias=b2,
                   activation="swiglu_oai", chain="bf16", swiglu_alpha=ALPHA, swiglu_beta=1.0, swiglu_limit=LIMIT)
-    halves = lambda t: torch.cat([t[:, 1::2], t[:, 0::2]], dim=1)  # interleaved -> [up; gate]
+    halves = lambda t: _to_up_gate(t, "interleaved", N)  # interleaved -> [up; gate], as dump_case converts
     cases = [  # name, FC1 rows, their scales and bias as written, the layout declared, the expected verdict
         ("right", w1_q, w1_s, b1, "interleaved", None),
         ("gate_up_swapped", halves(w1_q), halves(w1_s), halves(b1), "gate_up", "gate_up_swapped"),
         ("interleaved", w1_q, w1_s, b1, "up_gate", "gate_up_interleaved"),
     ]
     cand = os.path.join(out_dir, "tk.out.safetensors")
-    from kimimoe._torch import write_candidate
     write_candidate(cand, out)
     ok = True
     for name, w31, w31s, bias, declared, want in cases:
