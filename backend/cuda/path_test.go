@@ -273,7 +273,7 @@ func TestPlanByTokensPerExpert(t *testing.T) {
 	oss := func(m int) Plan {
 		return choosePlan(planShape{m: m, topk: 4, k: 2880, n: 2880, e: 128, f4: true, allLocal: true, bf16: true})
 	}
-	for _, c := range []struct{ m, tile int }{{1, 8}, {256, 16}, {512, 32}, {1024, 48}, {2048, 64}, {8192, 64}} {
+	for _, c := range []struct{ m, tile int }{{1, 8}, {256, 16}, {512, 32}, {1024, 48}, {2048, 64}, {8192, 128}} {
 		if p := oss(c.m); p.Tile != c.tile {
 			t.Errorf("GPT-OSS-120B M=%d: tile %d, want %d (%s)", c.m, p.Tile, c.tile, p)
 		}

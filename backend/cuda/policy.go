@@ -58,10 +58,12 @@ func f4TileTokens(m int) int {
 }
 
 // f4T128MinM is the fewest tokens on the 128-token tile (one CTA an SM),
-// where a weight's widening serves twice the 64-token tile's tokens; the
-// two measured even at 1024. The 256-token tile was slower than 128 at
-// every M measured, so only a Tuning takes it.
-const f4T128MinM = 1025
+// where a weight's widening serves twice the 64-token tile's tokens: 256
+// tokens an expert at the bench's routing. There the two measured even
+// (the bench at M = 1024, 293 tokens an expert) or 128 ahead by 8%
+// (GPT-OSS-120B at M = 8192, 256 tokens an expert). The 256-token tile
+// was slower than 128 at every M measured, so only a Tuning takes it.
+const f4T128MinM = 896
 
 // f4SyncMaxM is the most tokens on the small tiles (f4sTiles), whose
 // GEMMs run the barrier-free mma.sync loop.
