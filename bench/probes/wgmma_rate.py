@@ -63,14 +63,7 @@ def wgmma(n, rs):
             f' : {outs} : "l"(daq), "l"(dbq));')
 
 def source(n, rs, wgs):
-    return f"""
-typedef unsigned long long u64; typedef unsigned int u32;
-__device__ __forceinline__ u64 desc(u32 a) {{ return ((u64)(a & 0x3FFFF) >> 4) | (1ull << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62); }}
-extern "C" __global__ void __launch_bounds__({128 * wgs}) rate(float* out, long long* cyc, int iters) {{
-    extern __shared__ __align__(1024) unsigned char smem[];
-    u32 base = (u32)__cvta_generic_to_shared(smem);
-    base = (base + 1023u) & ~1023u;
-    u32 pad = base - (u32)__cvta_generic_to_shared(smem);
+    return kernel_head(128 * wgs) + f"""
     for (int i = threadIdx.x; i < ({n} * 128 + {wgs} * 8192) / 4; i += blockDim.x) ((u32*)(smem + pad))[i] = 0x3F803F80u ^ (u32)(i & 0x00070007);
     __syncthreads();
     int wg = threadIdx.x / 128;
@@ -94,39 +87,72 @@ extern "C" __global__ void __launch_bounds__({128 * wgs}) rate(float* out, long 
     }}
     asm volatile("wgmma.wait_group.sync.aligned 0;\\n" ::: "memory");
     long long t1 = clock64();
-    float s = 0.0f;
-    for (int i = 0; i < {n // 2}; i++) s += d[i];
-    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
-    if (threadIdx.x % 128 == 0) cyc[blockIdx.x * {wgs} + wg] = t1 - t0;
-}}
-"""
+""" + kernel_tail(n, wgs)
 
-def compile_cubin(src):
+def compile_cubin(src, tag=None):
+    """An sm_90a cubin of src; with a tag, ptxas's register, spill and
+    wgmma-serialization notes are printed under it."""
     prog = ctypes.c_void_p()
     r = nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), b"rate.cu", 0, None, None)
     assert r == 0, r
-    opts = [b"--gpu-architecture=sm_90a", b"-std=c++17"]
+    opts = [b"--gpu-architecture=sm_90a", b"-std=c++17"] + ([b"--ptxas-options=-v"] if tag else [])
     arr = (ctypes.c_char_p * len(opts))(*opts)
     r = nvrtc.nvrtcCompileProgram(prog, len(opts), arr)
-    if r != 0:
-        n = ctypes.c_size_t()
-        nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
-        log = ctypes.create_string_buffer(n.value)
-        nvrtc.nvrtcGetProgramLog(prog, log)
-        sys.exit("nvrtc: " + log.value.decode()[:3000])
     n = ctypes.c_size_t()
+    nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
+    log = ctypes.create_string_buffer(n.value)
+    nvrtc.nvrtcGetProgramLog(prog, log)
+    text = log.value.decode(errors="replace")
+    if r != 0:
+        sys.exit("nvrtc: " + text[:3000])
+    for line in text.splitlines() if tag else []:
+        if any(w in line for w in ("registers", "spill", "wgmma", "Performance")):
+            print(f"  ptxas [{tag}]: {line.strip()}")
     nvrtc.nvrtcGetCUBINSize(prog, ctypes.byref(n))
     buf = ctypes.create_string_buffer(n.value)
     nvrtc.nvrtcGetCUBIN(prog, buf)
     return buf
 
-class Loop:
-    """The loop's kernel for (N, A source, warpgroups an SM), loaded, one CTA an SM."""
+# The kernels' common start: the shared-memory descriptor of a K-major
+# tile in the 128-byte swizzle (8 rows of 128 bytes an atom, atoms 1024
+# bytes apart).
+# Then the kernel rate(out, cyc, iters) up to base (its shared memory's
+# first 1024-byte aligned byte: a swizzle atom's alignment) and pad (base's
+# offset in smem); kernel_tail ends it: the accumulators' sum stored so the
+# MMAs are not dead code, and each warpgroup's cycles t1 - t0.
+PROLOGUE = """
+typedef unsigned long long u64; typedef unsigned int u32;
+__device__ __forceinline__ u64 desc(u32 a) { return ((u64)(a & 0x3FFFF) >> 4) | (1ull << 16) | ((u64)(1024 >> 4) << 32) | (1ull << 62); }
+"""
 
-    def __init__(self, n, rs, wgs, sms):
+def kernel_head(threads):
+    return PROLOGUE + f"""
+extern "C" __global__ void __launch_bounds__({threads}) rate(float* out, long long* cyc, int iters) {{
+    extern __shared__ __align__(1024) unsigned char smem[];
+    u32 base = (u32)__cvta_generic_to_shared(smem);
+    base = (base + 1023u) & ~1023u;
+    u32 pad = base - (u32)__cvta_generic_to_shared(smem);
+"""
+
+def kernel_tail(n, wgs):
+    return f"""
+    float s = 0.0f;
+    for (int i = 0; i < {n // 2}; i++) s += d[i];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
+    if (threadIdx.x % 128 == 0) cyc[blockIdx.x * {wgs} + threadIdx.x / 128] = t1 - t0;
+}}
+"""
+
+class Loop:
+    """The loop's kernel for (N, A source, warpgroups an SM), loaded, one
+    CTA an SM; src replaces this probe's kernel by another of the same
+    signature, rate(out, cyc, iters), and tag prints its ptxas notes."""
+
+    def __init__(self, n, rs, wgs, sms, src=None, tag=None):
         self.n, self.wgs, self.sms = n, wgs, sms
         self.mod, self.fn = ctypes.c_void_p(), ctypes.c_void_p()
-        check_cu(cuda.cuModuleLoadData(ctypes.byref(self.mod), compile_cubin(source(n, rs, wgs))), "cuModuleLoadData")
+        src = src if src is not None else source(n, rs, wgs)
+        check_cu(cuda.cuModuleLoadData(ctypes.byref(self.mod), compile_cubin(src, tag)), "cuModuleLoadData")
         check_cu(cuda.cuModuleGetFunction(ctypes.byref(self.fn), self.mod, b"rate"), "cuModuleGetFunction")
         self.smem = 160 * 1024  # one CTA an SM
         check_cu(cuda.cuFuncSetAttribute(self.fn, 8, self.smem), "cuFuncSetAttribute")
