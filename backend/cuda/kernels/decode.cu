@@ -141,6 +141,29 @@ __device__ __forceinline__ void dec_stream(float (&acc)[NS][4], const u8* __rest
     }
 }
 
+// One pass of a decode GEMM: acc = the warp's rows x the pass's tokens
+// (dec_stream), the token rows found by row(j) for the pass's column j
+// (-1: no token, read as zero_row), in code (ld bytes a row) and its float
+// scales sf (ld / 32 a row).
+template <int NS, class RowOf>
+__device__ __forceinline__ void dec_pass(float (&acc)[NS][4], const u8* __restrict__ w, const u8* __restrict__ ws,
+                                         int nchunk, const u8* code, const float* sf, int ld, int zero_row, RowOf row,
+                                         int nsub, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    const u8* bcode[NS];
+    const float* bsc0[NS];
+    const float* bsc1[NS];
+#pragma unroll
+    for (int s = 0; s < NS; s++) {
+        int rg = row(s * 8 + g), r0 = row(s * 8 + 2 * t), r1 = row(s * 8 + 2 * t + 1);
+        bcode[s] = code + (u64)(rg >= 0 ? rg : zero_row) * ld;
+        bsc0[s] = sf + (u64)(r0 >= 0 ? r0 : zero_row) * (ld / 32);
+        bsc1[s] = sf + (u64)(r1 >= 0 ? r1 : zero_row) * (ld / 32);
+    }
+    for (int s = 0; s < NS; s++) for (int i = 0; i < 4; i++) acc[s][i] = 0.0f;
+    dec_stream<NS>(acc, w, ws, nchunk, bcode, bsc0, bsc1, nsub, lane, t);
+}
+
 // GEMM1 of the decode path: CTA (f, j) computes features [32f, 32f + 32)
 // (warp w: 8 of them, up rows and gate rows as in the grouped GEMM1) of the
 // j-th touched expert for all its tokens, then the activation and the
@@ -169,19 +192,8 @@ __device__ __forceinline__ void decode_gemm1(const DecodeGemm1Args a) {
         if (threadIdx.x < TOK) s_tok[threadIdx.x] = threadIdx.x < cnt ? a.perm[row0 + base + threadIdx.x] / a.top_k : -1;
         __syncthreads();
         int nsub = (cnt + 7) / 8;
-        const u8* bcode[NS];
-        const float* bsc0[NS];
-        const float* bsc1[NS];
-#pragma unroll
-        for (int s = 0; s < NS; s++) {
-            int tg = s_tok[s * 8 + g], t0 = s_tok[s * 8 + 2 * t], t1 = s_tok[s * 8 + 2 * t + 1];
-            bcode[s] = a.xq + (u64)(tg >= 0 ? tg : a.zero_row) * a.k_pad;
-            bsc0[s] = a.xsf + (u64)(t0 >= 0 ? t0 : a.zero_row) * (a.k_pad / 32);
-            bsc1[s] = a.xsf + (u64)(t1 >= 0 ? t1 : a.zero_row) * (a.k_pad / 32);
-        }
         float acc[NS][4];
-        for (int s = 0; s < NS; s++) for (int i = 0; i < 4; i++) acc[s][i] = 0.0f;
-        dec_stream<NS>(acc, w, ws, nchunk, bcode, bsc0, bsc1, nsub, lane, t);
+        dec_pass<NS>(acc, w, ws, nchunk, a.xq, a.xsf, a.k_pad, a.zero_row, [&](int j) { return s_tok[j]; }, nsub, lane);
         act_requant_store<NS>(acc, nsub, cnt, s_amax, warp, 0, p, a.kind, a.chain, a.recipe, g, t, a.aq, a.aqs, a.aqsf,
                              row0 + base, a.n_pad, fw, true, nullptr, fc1_bias_row(a.b1, e, a.n), a.n);
     }
@@ -211,20 +223,10 @@ __device__ __forceinline__ void decode_gemm2(const DecodeGemm2Args a) {
     int f = rb * 16;
     for (int base = 0; base < count; base += TOK) {
         int cnt = imin(TOK, count - base);
-        int nsub = (cnt + 7) / 8;
-        const u8* bcode[NS];
-        const float* bsc0[NS];
-        const float* bsc1[NS];
-#pragma unroll
-        for (int s = 0; s < NS; s++) {
-            int cg = s * 8 + g, c0 = s * 8 + 2 * t, c1 = c0 + 1;
-            bcode[s] = a.aq + (u64)(cg < cnt ? row0 + base + cg : a.zero_row) * a.n_pad;
-            bsc0[s] = a.aqsf + (u64)(c0 < cnt ? row0 + base + c0 : a.zero_row) * (a.n_pad / 32);
-            bsc1[s] = a.aqsf + (u64)(c1 < cnt ? row0 + base + c1 : a.zero_row) * (a.n_pad / 32);
-        }
+        int nsub = (cnt + 7) / 8, r = row0 + base;
         float acc[NS][4];
-        for (int s = 0; s < NS; s++) for (int i = 0; i < 4; i++) acc[s][i] = 0.0f;
-        dec_stream<NS>(acc, w, ws, nchunk, bcode, bsc0, bsc1, nsub, lane, t);
+        dec_pass<NS>(acc, w, ws, nchunk, a.aq, a.aqsf, a.n_pad, a.zero_row, [=](int j) { return j < cnt ? r + j : -1; }, nsub,
+                     lane);
 #pragma unroll
         for (int s = 0; s < NS; s++) {
             if (s >= nsub) break;
