@@ -26,9 +26,7 @@ __device__ __forceinline__ void store_up_gate(const float (&acc)[NS][4], int cou
 template <int NT, int SYNC, bool FIT = false>
 __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
 #if defined(WG_ENABLED)
-    extern __shared__ __align__(128) u8 f4_smem_raw[];
-    typedef typename F4SmemOf<NT, SYNC != 0>::T Smem;
-    Smem& s = *(Smem*)(SYNC == 0 ? smem_1k(f4_smem_raw) : f4_smem_raw); // the wgmma loop's swizzled stages
+    auto& s = f4_smem<NT, SYNC>();
     __shared__ u32 s_amax[8][NT];
     pdl_wait(); // the routing and x (the prologue)
     pdl_trigger();
@@ -60,9 +58,7 @@ __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
 template <int NT, int SYNC, bool FIT = false>
 __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
 #if defined(WG_ENABLED)
-    extern __shared__ __align__(128) u8 f4_smem_raw[];
-    typedef typename F4SmemOf<NT, SYNC != 0>::T Smem;
-    Smem& s = *(Smem*)(SYNC == 0 ? smem_1k(f4_smem_raw) : f4_smem_raw); // the wgmma loop's swizzled stages
+    auto& s = f4_smem<NT, SYNC>();
     // Launched while GEMM1 runs (launchPDL), after every GEMM1 CTA has
     // passed its pdl_wait: the routing is complete, GEMM1's intermediate
     // is waited for in the k loop, after the first weights are loaded.

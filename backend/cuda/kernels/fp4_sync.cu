@@ -201,6 +201,15 @@ struct F4SmemOf<NT, true> {
     typedef F4SyncSmem<NT> T;
 };
 
+// A wgmma-fp4 GEMM's dynamic shared memory as the loop SYNC picks lays it
+// out: the wgmma loop's swizzled stages 1024-byte aligned (smem_1k), the
+// mma.sync loop's where they start.
+template <int NT, int SYNC>
+__device__ __forceinline__ typename F4SmemOf<NT, SYNC != 0>::T& f4_smem() {
+    extern __shared__ __align__(128) u8 f4_smem_raw[];
+    return *(typename F4SmemOf<NT, SYNC != 0>::T*)(SYNC == 0 ? smem_1k(f4_smem_raw) : f4_smem_raw);
+}
+
 // Whether the plain (not fitted) wgmma loop of the NT-token tile
 // double-buffers its A registers (f4PipeMinTokens in abi.go).
 template <int NT>
