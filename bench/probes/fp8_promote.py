@@ -19,8 +19,8 @@
 #             reference point only (MXFP8 has a scale every 32)
 # The token scales are read from shared memory (float2 for a thread's
 # two adjacent tokens), as a kernel's staged scales would be. Run on the
-# GPU machine (torch for the context and the events; NVRTC and the driver
-# through ctypes, sm_90a cubins):
+# GPU machine (wgmma_rate.py's harness: torch for the context and the
+# events; NVRTC and the driver through ctypes, sm_90a cubins):
 #   python3 bench/probes/fp8_promote.py [N,N,...]
 # Output: a line per (mode, N, warpgroups an SM): cycles a 32-k block an
 # SM (clock64, the slowest warpgroup of each CTA, median over the CTAs),
@@ -29,8 +29,7 @@
 # NVIDIA's H100/H200 SXM figure).
 import os, statistics, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torch
-from wgmma_rate import Loop, kernel_head, kernel_tail
+from wgmma_rate import Loop, kernel_head, kernel_tail, start
 
 MODES = ["bf16", "fp8", "fp8-k128", "fp8-p1", "fp8-p2", "fp8-p2w", "fp8-g2", "fp8-g4"]
 
@@ -179,10 +178,7 @@ def run(mode, n, wgs, sms, iters=8000):
     return per_block_sm, tf, 100 * (64 * n * 32 * 2) / per_block_sm / 8192
 
 def main():
-    torch.zeros(1, device="cuda")
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    ns = [int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "64,128").split(",")]
-    print(f"{torch.cuda.get_device_name(0)}, {sms} SMs; dense FP8 rate 8192 FLOP a cycle an SM")
+    sms, ns = start("64,128", "dense FP8 rate 8192 FLOP a cycle an SM")
     print(f"{'mode':>8} {'N':>4} {'WG/SM':>5} {'cyc/block/SM':>13} {'TFLOP/s':>8} {'% FP8 dense':>11}")
     for mode in MODES:
         for n in ns:

@@ -202,11 +202,18 @@ def run(n, rs, wgs, sms, iters=4000):
     loop.close()
     return per / wgs, per_sm, tf
 
-def main():
+def start(default_ns, rate):
+    """The context made, the SMs counted, the N list from argv[1] (else
+    default_ns), and the device's line printed with rate, the dense rate
+    the shares are of."""
     torch.zeros(1, device="cuda")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    ns = [int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "8,16,24,32,40,48,56,64,128,256").split(",")]
-    print(f"{torch.cuda.get_device_name(0)}, {sms} SMs; dense BF16 rate 4096 FLOP a cycle an SM")
+    ns = [int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else default_ns).split(",")]
+    print(f"{torch.cuda.get_device_name(0)}, {sms} SMs; {rate}")
+    return sms, ns
+
+def main():
+    sms, ns = start("8,16,24,32,40,48,56,64,128,256", "dense BF16 rate 4096 FLOP a cycle an SM")
     print(f"{'A':>3} {'N':>4} {'WG/SM':>5} {'cyc/wgmma/SM':>13} {'FLOP/cyc/SM':>12} {'% dense':>8} {'TFLOP/s':>8}")
     for rs in (True, False):
         for n in ns:
