@@ -76,23 +76,9 @@ func runCompare(args []string) error {
 	if *benchPath == "" || *peersPath == "" {
 		return usagef("--bench and --peers are required")
 	}
-	var doc benchDoc
-	if err := readJSON(*benchPath, &doc); err != nil {
-		return asUsage(err)
-	}
-	if err := doc.check(*benchPath); err != nil {
-		return err
-	}
-	peers, err := readPeers(*peersPath)
+	doc, peers, err := readBenchPeers(*benchPath, *peersPath)
 	if err != nil {
 		return err
-	}
-	kimi := moe.KimiK3()
-	bk, bn := cmp.Or(doc.K, kimi.K), cmp.Or(doc.N, kimi.N)
-	for _, pd := range peers {
-		if k, n := pd.shape(); k != bk || n != bn {
-			return usagef("%s: benched at K=%d N=%d; %s's file ran K=%d N=%d", *benchPath, bk, bn, pd.name(), k, n)
-		}
 	}
 	if !*anyTime {
 		for _, pd := range peers {
@@ -101,7 +87,7 @@ func runCompare(args []string) error {
 			}
 		}
 	}
-	rows := compareRows(&doc, peers)
+	rows := compareRows(doc, peers)
 	if len(rows) == 0 {
 		return usagef("%s and %s have no token count M in common", *benchPath, *peersPath)
 	}
@@ -168,4 +154,29 @@ func sameCall(a, b string) error {
 		return fmt.Errorf("measured %v apart, not in one call", d.Round(time.Second))
 	}
 	return nil
+}
+
+// readBenchPeers reads a bench JSON and the peers' JSONs (a comma-separated
+// list, possibly empty), refusing a peer that ran another layer (K, N)
+// than the bench: its times beside ours would compare two workloads.
+func readBenchPeers(benchPath, peersPath string) (*benchDoc, []*peerDoc, error) {
+	var doc benchDoc
+	if err := readJSON(benchPath, &doc); err != nil {
+		return nil, nil, asUsage(err)
+	}
+	if err := doc.check(benchPath); err != nil {
+		return nil, nil, err
+	}
+	peers, err := readPeers(peersPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	kimi := moe.KimiK3()
+	bk, bn := cmp.Or(doc.K, kimi.K), cmp.Or(doc.N, kimi.N)
+	for _, pd := range peers {
+		if k, n := pd.shape(); k != bk || n != bn {
+			return nil, nil, usagef("%s: benched at K=%d N=%d; %s's file ran K=%d N=%d", benchPath, bk, bn, pd.name(), k, n)
+		}
+	}
+	return &doc, peers, nil
 }

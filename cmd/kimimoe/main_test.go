@@ -336,6 +336,20 @@ func TestPlotCommand(t *testing.T) {
 	if err := runPlot([]string{"--bench", empty, "--out", out}); err == nil {
 		t.Error("a bench JSON without rows was plotted")
 	}
+	// A peer of another layer (triton_kernels at GPT-OSS-120B's K = N =
+	// 2880) beside the Kimi bench is refused, as compare refuses it, and
+	// nothing is written.
+	tkOSS := filepath.Join(dir, "tk_oss.json")
+	os.WriteFile(tkOSS, []byte(`{"peer": "triton_kernels", "workload": {"K_hidden": 2880, "N_intermediate": 2880},
+		"rows": [{"m": 1, "graph_ms": 0.08}]}`), 0o644)
+	other := filepath.Join(dir, "other.svg")
+	var ue usageError
+	if err := runPlot([]string{"--bench", bench, "--peers", tkOSS, "--out", other}); !errors.As(err, &ue) || !strings.Contains(err.Error(), "K=2880 N=2880") {
+		t.Errorf("a Kimi bench plotted beside a GPT-OSS peer: %v, want a usage error naming the peer's shape", err)
+	}
+	if _, err := os.Stat(other); !os.IsNotExist(err) {
+		t.Errorf("the refused plot left a file: %v", err)
+	}
 }
 
 // smallCheckpoint writes a GPT-OSS checkpoint of layer 2 (8 experts, K=96,

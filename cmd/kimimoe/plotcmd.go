@@ -143,18 +143,11 @@ func runPlot(args []string) error {
 	if err := checkOutput("out", *out, kind, append(inputsOf(*benchPath), peerPaths(*peersPath)...)...); err != nil {
 		return err
 	}
-	var doc benchDoc
-	if err := readJSON(*benchPath, &doc); err != nil {
-		return asUsage(err)
-	}
-	if err := doc.check(*benchPath); err != nil {
-		return err
-	}
-	peers, err := readPeers(*peersPath)
+	doc, peers, err := readBenchPeers(*benchPath, *peersPath)
 	if err != nil {
 		return err
 	}
-	data, err := drawPlot(format, &doc, peers)
+	data, err := drawPlot(format, doc, peers)
 	if err != nil {
 		return err
 	}
