@@ -144,6 +144,23 @@ func runBench(args []string) error {
 	if err != nil {
 		return err
 	}
+	spec := shape.spec
+	if *kFlag != 0 {
+		spec.K = *kFlag
+	}
+	if *nFlag != 0 {
+		spec.N = *nFlag
+	}
+	// The plot's peers, read and matched to this layer before the run.
+	var peers []*peerDoc
+	if *plotPath != "" {
+		if peers, err = readPeers(*peersPath); err != nil {
+			return err
+		}
+		if err := samePeerLayer("bench --shape "+*shapeName, spec.K, spec.N, peers); err != nil {
+			return err
+		}
+	}
 	b, err := backend.Open(*name)
 	if err != nil {
 		return err
@@ -154,13 +171,6 @@ func runBench(args []string) error {
 		return fmt.Errorf("backend %q cannot measure device bandwidth; bench needs a GPU backend", *name)
 	}
 
-	spec := shape.spec
-	if *kFlag != 0 {
-		spec.K = *kFlag
-	}
-	if *nFlag != 0 {
-		spec.N = *nFlag
-	}
 	p := newProgress()
 	p.update("generating the %s weights (%d experts, K=%d, N=%d)", shape.name, spec.ELocal, spec.K, spec.N)
 	w, err := validation.GenerateWeights(&spec)
@@ -308,10 +318,6 @@ func runBench(args []string) error {
 		}
 	}
 	if *plotPath != "" {
-		peers, err := readPeers(*peersPath)
-		if err != nil {
-			return err
-		}
 		doc := benchDoc{Backend: b.Name(), Device: b.Capabilities().Device, Date: time.Now().UTC().Format(time.RFC3339), Shape: title, Rows: rows}
 		data, err := drawPlot(plotFmt, &doc, peers)
 		if err != nil {

@@ -172,11 +172,19 @@ func readBenchPeers(benchPath, peersPath string) (*benchDoc, []*peerDoc, error) 
 		return nil, nil, err
 	}
 	kimi := moe.KimiK3()
-	bk, bn := cmp.Or(doc.K, kimi.K), cmp.Or(doc.N, kimi.N)
-	for _, pd := range peers {
-		if k, n := pd.shape(); k != bk || n != bn {
-			return nil, nil, usagef("%s: benched at K=%d N=%d; %s's file ran K=%d N=%d", benchPath, bk, bn, pd.name(), k, n)
-		}
+	if err := samePeerLayer(benchPath, cmp.Or(doc.K, kimi.K), cmp.Or(doc.N, kimi.N), peers); err != nil {
+		return nil, nil, err
 	}
 	return &doc, peers, nil
+}
+
+// samePeerLayer refuses a peer whose file ran another (K, N) than the
+// bench named what (a file, or the run) at K, N.
+func samePeerLayer(what string, k, n int, peers []*peerDoc) error {
+	for _, pd := range peers {
+		if pk, pn := pd.shape(); pk != k || pn != n {
+			return usagef("%s: benched at K=%d N=%d; %s's file ran K=%d N=%d", what, k, n, pd.name(), pk, pn)
+		}
+	}
+	return nil
 }

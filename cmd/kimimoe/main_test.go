@@ -350,6 +350,14 @@ func TestPlotCommand(t *testing.T) {
 	if _, err := os.Stat(other); !os.IsNotExist(err) {
 		t.Errorf("the refused plot left a file: %v", err)
 	}
+	// bench --plot checks its peers against its layer before anything
+	// runs (here before the go backend says it cannot bench); a peer of
+	// its own layer passes.
+	expect(t, 2, "ran K=2880 N=2880", "bench", "--backend", "go", "--m", "1", "--plot", other, "--peers", tkOSS)
+	expect(t, 1, "cannot measure device bandwidth", "bench", "--backend", "go", "--shape", "gpt-oss-120b", "--m", "1", "--plot", other, "--peers", tkOSS)
+	if _, err := os.Stat(other); !os.IsNotExist(err) {
+		t.Errorf("the refused bench left a plot: %v", err)
+	}
 }
 
 // smallCheckpoint writes a GPT-OSS checkpoint of layer 2 (8 experts, K=96,
