@@ -44,6 +44,18 @@ func (l *Layer) checkDst(dst []float32, in *moe.Input, rows []int) error {
 // Forward implements backend.Layer: the whole layer runs for all M tokens on
 // the device; the requested rows are copied back.
 func (l *Layer) Forward(dst []float32, in *moe.Input, rows []int) error {
+	return l.forward(dst, in, rows, l.enqueue)
+}
+
+// ForwardGraph implements backend.GraphLayer: the kernels of a forward with
+// in.M tokens are captured into a CUDA graph on first use and replayed.
+func (l *Layer) ForwardGraph(dst []float32, in *moe.Input) error {
+	return l.forward(dst, in, nil, l.replay)
+}
+
+// forward checks dst, then, holding the device, uploads in, runs the
+// kernels by launch (eager or the graph) and copies rows back.
+func (l *Layer) forward(dst []float32, in *moe.Input, rows []int, launch func(*workspace) error) error {
 	if err := l.checkDst(dst, in, rows); err != nil {
 		return err
 	}
@@ -52,28 +64,10 @@ func (l *Layer) Forward(dst []float32, in *moe.Input, rows []int) error {
 		if err != nil {
 			return err
 		}
-		if err := l.enqueue(ws); err != nil {
+		if err := launch(ws); err != nil {
 			return err
 		}
 		return l.download(dst, ws, rows)
-	})
-}
-
-// ForwardGraph implements backend.GraphLayer: the kernels of a forward with
-// in.M tokens are captured into a CUDA graph on first use and replayed.
-func (l *Layer) ForwardGraph(dst []float32, in *moe.Input) error {
-	if err := l.checkDst(dst, in, nil); err != nil {
-		return err
-	}
-	return l.b.locked(func() error {
-		ws, err := l.upload(in)
-		if err != nil {
-			return err
-		}
-		if err := l.replay(ws); err != nil {
-			return err
-		}
-		return l.download(dst, ws, nil)
 	})
 }
 
