@@ -4,10 +4,12 @@ package cu
 
 /*
 #cgo LDFLAGS: -ldl
+#cgo CFLAGS: -I${SRCDIR}/../dl
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
+#include "dl.h"
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -102,18 +104,13 @@ static kmoe_nvrtc_api nv;
 // failure *why holds dlopen's message, or "missing symbol NAME".
 static char kmoe_why[512];
 
-#define SYM(t, field, name) do { *(void**)(&t.field) = dlsym(h, name); \
-	if (!t.field) { snprintf(kmoe_why, sizeof kmoe_why, "missing symbol %s", name); dlclose(h); return kmoe_why; } } while (0)
+#define SYM(t, field, name) KMOE_DL_SYM(kmoe_why, t, field, name)
 // SYM2 takes the versioned name where the library has it, else the plain one.
 #define SYM2(t, field, name, fallback) do { *(void**)(&t.field) = dlsym(h, name); \
 	if (!t.field) *(void**)(&t.field) = dlsym(h, fallback); \
-	if (!t.field) { snprintf(kmoe_why, sizeof kmoe_why, "missing symbol %s", name); dlclose(h); return kmoe_why; } } while (0)
+	if (!t.field) KMOE_DL_MISSING(kmoe_why, name); } while (0)
 
-static const char* kmoe_dlopen_failed(void) {
-	const char* e = dlerror();
-	snprintf(kmoe_why, sizeof kmoe_why, "%s", e ? e : "dlopen failed");
-	return kmoe_why;
-}
+static const char* kmoe_dlopen_failed(void) { return kmoe_dl_open_failed(kmoe_why, sizeof kmoe_why); }
 
 // kmoe_load_cuda opens the driver and resolves its symbols; NULL on
 // success (or if already loaded).

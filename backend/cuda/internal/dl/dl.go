@@ -1,8 +1,9 @@
 // Package dl finds and loads a shared library once per process: from the
 // path an environment variable names (and only it), else from a list of
 // default names. The loading itself (dlopen and dlsym into a table) is
-// the caller's, in cgo; this package holds the policy and the messages,
-// so it needs no cgo and is tested without a GPU.
+// the caller's, in cgo, through the macros of dl.h, which the driver's,
+// NVRTC's and NCCL's loaders include; this package holds the policy and
+// the messages, so it needs no cgo and is tested without a GPU.
 //
 // A library is loaded at most once and never unloaded: there is no
 // reference count to get wrong, and a compile on one goroutine cannot race

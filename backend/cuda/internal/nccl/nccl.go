@@ -4,10 +4,12 @@ package nccl
 
 /*
 #cgo LDFLAGS: -ldl
+#cgo CFLAGS: -I${SRCDIR}/../dl
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
+#include "dl.h"
 
 // NCCL's types as its ABI has them (nccl.h): results and data types are
 // enums (int), a communicator is a pointer, the unique id 128 bytes passed
@@ -39,19 +41,14 @@ typedef struct {
 static kmoe_nccl_api nc;
 static char kmoe_nccl_why[512];
 
-#define NSYM(t, field, name) do { *(void**)(&t.field) = dlsym(h, name); \
-	if (!t.field) { snprintf(kmoe_nccl_why, sizeof kmoe_nccl_why, "missing symbol %s", name); dlclose(h); return kmoe_nccl_why; } } while (0)
+#define NSYM(t, field, name) KMOE_DL_SYM(kmoe_nccl_why, t, field, name)
 
 // kmoe_load_nccl opens NCCL and resolves its symbols into a local table,
 // published only when complete; NULL on success (or if already loaded).
 static const char* kmoe_load_nccl(const char* path) {
 	if (nc.lib) return NULL;
 	void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!h) {
-		const char* e = dlerror();
-		snprintf(kmoe_nccl_why, sizeof kmoe_nccl_why, "%s", e ? e : "dlopen failed");
-		return kmoe_nccl_why;
-	}
+	if (!h) return kmoe_dl_open_failed(kmoe_nccl_why, sizeof kmoe_nccl_why);
 	kmoe_nccl_api t = {0};
 	NSYM(t, ncclGetVersion, "ncclGetVersion");
 	NSYM(t, ncclGetUniqueId, "ncclGetUniqueId");
