@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Where a forward's time goes, kernel by kernel (the table of docs/PERF.md,
+# "What limits each range"): one eager forward per M under Nsight Compute
+# (`ncu --clock-control none`, so the clocks are the bench's), each
+# kernel's duration, tensor-pipe activity, issue activity and DRAM
+# throughput.
+#
+#   bash bench/kernels.sh [MS]        (default 512,2048,8192; needs ncu)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ms=${1:-512,2048,8192}
+export NCCL_NVLS_ENABLE=0 KIMIMOE_CACHE="${KIMIMOE_CACHE:-/tmp/kimimoe-cubin}"
+if command -v go >/dev/null; then
+  go build -buildvcs=true -o /tmp/kimimoe-bench ./cmd/kimimoe || exit 1
+  KIMIMOE=/tmp/kimimoe-bench
+fi
+km=${KIMIMOE:-kimimoe}
+metrics=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__issue_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
+date -u
+"$km" --version
+csv=$(mktemp) || exit 1
+for m in ${ms//,/ }; do
+  echo "== M = $m"
+  # The bench's own L2 flush (kmoe_l2_flush) is left out; the first
+  # forward's kernels are printed, one line each.
+  ncu --clock-control none --kernel-name regex:'kmoe_(route|f4|wg|decode|grouped|act|final|quant)' --launch-count 8 \
+    --csv --metrics "$metrics" "$km" bench --backend cuda --m "$m" --rounds 1 --warmup 0 --graph=false --copy-mb 64 \
+    >"$csv" 2>/dev/null || { echo "ncu failed at M = $m"; exit 1; }
+  python3 - "$csv" <<'PY'
+import csv, sys
+lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
+kernels = {}
+for r in csv.DictReader(lines):
+    k = kernels.setdefault(r["Kernel Name"], {"id": r["ID"]})
+    if k["id"] == r["ID"]:  # the kernel's first launch only
+        k[r["Metric Name"]] = r["Metric Value"] + (" " + r["Metric Unit"] if r["Metric Name"].startswith("gpu__time") else "")
+print(f"{'kernel':<28} {'time':>12} {'tensor %':>9} {'issue %':>8} {'DRAM %':>7}")
+for name, v in kernels.items():
+    print(f"{name[:28]:<28} {v['gpu__time_duration.sum']:>12} {v['sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active']:>9} "
+          f"{v['sm__issue_active.avg.pct_of_peak_sustained_active']:>8} {v['dram__throughput.avg.pct_of_peak_sustained_elapsed']:>7}")
+PY
+done
+rm -f "$csv"
