@@ -59,10 +59,10 @@ func f4TileTokens(m int) int {
 
 // f4T128MinM is the fewest tokens on the 128-token tile (one CTA an SM),
 // where a weight's widening serves twice the 64-token tile's tokens: 256
-// tokens an expert at the bench's routing. There the two measured even
-// (the bench at M = 1024, 293 tokens an expert) or 128 ahead by 8%
-// (GPT-OSS-120B at M = 8192, 256 tokens an expert). The 256-token tile
-// was slower than 128 at every M measured, so only a Tuning takes it.
+// tokens an expert at the bench's routing. From there the 128-token tile
+// was as fast as the 64-token one on the Kimi bench and faster on
+// GPT-OSS-120B's layer. The 256-token tile was slower than 128 at every M
+// measured, so only a Tuning takes it.
 const f4T128MinM = 896
 
 // f4SyncMaxM is the most tokens on the small tiles (f4sTiles), whose

@@ -7,8 +7,8 @@
 // The tokens are staged a window of f4s_win k at a time, two windows
 // double-buffered, so the CTA meets at a barrier once a window (8 or 4
 // steps of 128 k) instead of once a step, and no warp waits at a wgmma for
-// the other three of its warpgroup. Why: the step's barrier
-// and the wgmma waits were a third of the stall samples at M = 1 and 8.
+// the other three of its warpgroup. Why: at small M the step's barrier
+// and the wgmma waits were where the warps stalled most.
 // Each accumulator still sums its k16 steps in k order, in float32.
 #if defined(WG_ENABLED)
 // The token window, k a window, per tile (f4sWinK in abi.go).

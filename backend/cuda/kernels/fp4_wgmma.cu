@@ -199,7 +199,7 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
             // Each chunk's weights are reloaded (step c + AH's) once
             // widened: loaded into registers still in use, they were loaded
             // into others and moved back at once, a move that waited the
-            // whole load (ncu: a quarter of the stall samples at M=1 and 8).
+            // whole load, a large share of the stalls at small M.
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 f4_chunk<NT, NE, PIPE>(acc, a[PIPE ? h : 0], wt.raw[u][h], wt.sc.word(u, h), db + h * (sizeof(s.b[0][0]) >> 4));

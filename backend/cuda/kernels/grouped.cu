@@ -233,8 +233,8 @@ __device__ __forceinline__ uint2 mxfp8_bf16_lanes8(const float (&v)[4], int reci
 
 // gated_act, called rather than inlined: the wgmma GEMM1 evaluates it at
 // 64 unrolled sites, and inlined copies of every activation there made the
-// kernel miss the instruction cache (ncu: 5 of 11.7 cycles per issued
-// instruction waiting for an instruction fetch).
+// kernel miss the instruction cache (its warps waited on instruction
+// fetch for a large part of their cycles).
 __device__ __noinline__ float gated_act_call(int kind, const float* p, float g, float u) { return gated_act(kind, p, g, u); }
 
 // The FC1 bias of feature f of an expert whose bias row (2n floats, up
@@ -384,9 +384,9 @@ __device__ __forceinline__ void act_requant_store_k(const float (&acc)[NS][4], i
 // The GEMM1 epilogue, SiTU (Kimi-K3's activation) with the kind a
 // compile-time constant: with the kind read at run time, each of a
 // thread's unrolled elements held every kind's code and a branch over it,
-// and GEMM1's warps waited on instruction fetch at each element's start
-// (ncu source counters: a third of the epilogue's samples). Only SiTU: a constant kind for every kind made the
-// module's compile 3.7 times as long (NVRTC), SiTU alone 1.5 times.
+// and GEMM1's warps waited on instruction fetch at each element's start.
+// Only SiTU: a constant kind for every kind made the module's NVRTC
+// compile several times as long, SiTU alone adds half again.
 template <int NS>
 __device__ __forceinline__ void act_requant_store(const float (&acc)[NS][4], int nsub, int count, u32 (*s_amax)[NS * 8],
                                                   int warp, int bw0, const float* p, int kind, int chain, int recipe,
@@ -465,8 +465,8 @@ __device__ __forceinline__ void gemm2(const Gemm2Args a) {
 }
 
 // The instances, all held to 128 registers a thread so that two CTAs fit
-// an SM: without the bound, gemm2 at TT=128 took 132 registers, ran one CTA
-// per SM and was 1.5x slower (ncu on the H200, docs/PERF.md).
+// an SM: without the bound, gemm2 at TT=128 took a few registers more,
+// ran one CTA per SM and was much slower.
 static_assert(KMOE_TILE_SMALL == 64 && KMOE_TILE_LARGE == 128, "the instances below");
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_gemm1_act_t64(const Gemm1Args a) { gemm1_act<64>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_gemm1_act_t128(const Gemm1Args a) { gemm1_act<128>(a); }

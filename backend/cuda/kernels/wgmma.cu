@@ -15,8 +15,9 @@
 // weight rows (its N; two instances). Both operands are staged in shared
 // memory by cp.async, in wg_stages<BN>() stages of KMOE_WG_CHUNK_K k (128
 // bytes a row), in the 128-byte swizzled K-major form (sw_off: row r's 128
-// bytes at 128 r, its 16-byte piece j in slot j ^ (r % 8); measured 8-17%
-// faster than the no-swizzle core-matrix form, docs/PERF.md): the tokens
+// bytes at 128 r, its 16-byte piece j in slot j ^ (r % 8), which spreads
+// a column's pieces over the banks; faster than the no-swizzle
+// core-matrix form): the tokens
 // gathered row by row, the weights one contiguous block per stage. Each
 // stage is four wgmma m64nBNk16 per warpgroup, issued asynchronously; a stage is refilled once both warpgroups' wgmmas on it
 // have completed (wait_group 1 keeps the next stage's in flight).
