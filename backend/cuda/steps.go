@@ -79,11 +79,7 @@ func (l *Layer) finalizeStep(ws *workspace, pdl bool) step {
 	w, s := l.w, l.b.stream
 	yld := l.rowK(ws.plan().Path) // GEMM2's rows
 	return step{"finalize", func() error {
-		launch := l.b.k.finalize.launchWith
-		if pdl {
-			launch = l.b.k.finalize.launchPDL
-		}
-		return launch([3]int{ws.m, (w.K + abiFinalizeCols - 1) / abiFinalizeCols, 1}, abiThreads, 0, s,
+		return l.b.k.finalize.launchMaybePDL(pdl, [3]int{ws.m, (w.K + abiFinalizeCols - 1) / abiFinalizeCols, 1}, abiThreads, 0, s,
 			&finalizeArgs{Y: ws.y, Pos: ws.pos, Wts: ws.wts, IDs: ws.ids, B2: l.b2, Out: ws.out, TopK: i32(ws.topk), K: i32(w.K),
 				Chain: chainCode(l.spec.Chain), Rank: i32(l.epRank), ELocal: i32(w.E), YLd: i32(yld)})
 	}}
