@@ -19,6 +19,10 @@ func (p Path) String() string {
 	return [...]string{"decode", "grouped", "wgmma", "wgmma-fp4"}[p]
 }
 
+// bf16Operands reports whether the path's GEMMs take x and the
+// intermediate as BF16 (the two wgmma paths), so x must fit BF16's range.
+func (p Path) bf16Operands() bool { return p == PathWGMMA || p == PathFP4 }
+
 // Loop is the wgmma-fp4 GEMMs' k-loop.
 type Loop int
 

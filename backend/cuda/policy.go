@@ -173,7 +173,7 @@ func choosePlan(s planShape) Plan {
 	default:
 		p.Path = PathGrouped
 	}
-	if s.wide && !s.bf16 && (p.Path == PathWGMMA || p.Path == PathFP4) {
+	if s.wide && !s.bf16 && p.Path.bf16Operands() {
 		p.Path, p.Wide = PathGrouped, true
 	}
 	switch p.Path {
@@ -213,7 +213,7 @@ func choosePlan(s planShape) Plan {
 		}
 	}
 	p.Tiles = maxTiles(entries, s.e, p.Tile)
-	bf16 := p.Path == PathWGMMA || p.Path == PathFP4
+	bf16 := p.Path.bf16Operands()
 	switch {
 	case bf16 && entries <= abiRouteCTAMax:
 		p.Prologue = PrologueOneCTA

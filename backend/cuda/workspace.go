@@ -178,7 +178,7 @@ func (l *Layer) upload(in *moe.Input) (*workspace, error) {
 	}
 	s := l.b.stream
 	// Only the BF16 paths need to know whether x passes BF16's range.
-	bf16 := ws.plans[0].Path == PathWGMMA || ws.plans[0].Path == PathFP4
+	bf16 := ws.plans[0].Path.bf16Operands()
 	// On the bf16 chain x is BF16 by the contract, infinities included.
 	ws.form, ws.wide = formQuantized, bf16 && l.spec.Chain != moe.ChainBF16 && xPastBF16(in, l.spec.Recipe)
 	if in.X != nil {
