@@ -39,7 +39,7 @@ float4 make_float4(float, float, float, float); float2 make_float2(float, float)
 void __syncthreads(); void __syncwarp(unsigned = 0); void __threadfence(); void __nanosleep(unsigned);
 float __uint_as_float(unsigned); unsigned __float_as_uint(float);
 template <class T> T __ldg(const T*); template <class T> T __ldcg(const T*);
-float __fmul_rn(float, float); float __fmaf_rn(float, float, float); float __fdiv_rn(float, float); float __fadd_rn(float, float);
+float __fmul_rn(float, float); float __fmaf_rn(float, float, float); float __fdiv_rn(float, float); float __fadd_rn(float, float); float __fsub_rn(float, float);
 template <class T> T __shfl_xor_sync(unsigned, T, int, int = 32);
 template <class T> T __shfl_up_sync(unsigned, T, int, int = 32);
 template <class T> T __shfl_sync(unsigned, T, int, int = 32);

@@ -605,6 +605,15 @@ type testDivParamArgs struct {
 	Pad int32 `cname:"unused"`
 }
 
+// testMxfp8ValueArgs: the exhaustive test of mxfp8_value_bf16 over the
+// scales [Sc0, Sc1).
+type testMxfp8ValueArgs struct {
+	Count devptr `c:"u32*"`
+	First devptr `c:"unsigned long long*"`
+	Sc0   int32
+	Sc1   int32
+}
+
 // l2FlushArgs: the timing's L2 flush (Backend.flushL2), a read of N
 // 16-byte words.
 type l2FlushArgs struct {
@@ -653,6 +662,7 @@ var (
 	kL2Flush      = spec[l2FlushArgs]("kmoe_l2_flush")
 	kActRequant   = spec[actRequantArgs]("kmoe_act_requant")
 	kTestDivParam = spec[testDivParamArgs]("kmoe_test_div_param")
+	kTestMxfp8Val = spec[testMxfp8ValueArgs]("kmoe_test_mxfp8_value")
 	kDecGemm1     = instances[decodeGemm1Args]("kmoe_decode_gemm1_n", decodeSubtiles)
 	kDecGemm2     = instances[decodeGemm2Args]("kmoe_decode_gemm2_n", decodeSubtiles)
 )

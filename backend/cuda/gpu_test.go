@@ -156,6 +156,60 @@ func TestDivParam(t *testing.T) {
 	}
 }
 
+// mxfp8_value_bf16 (the MXFP8 value of a requantized activation or x,
+// as BF16, computed without its code) against the code and back, the
+// functions the oracle's vectors test (mxfp8_bf16 of e4m3_code): bitwise
+// for every float32 bit pattern at every one of the 256 scales, NaN,
+// infinities, subnormals and both zeros included. A rounding off by one
+// step, a sign lost or a saturation point moved shows here.
+func TestMXFP8ValueExhaustive(t *testing.T) {
+	b := openCUDAOrSkip(t)
+	err := b.locked(func() error {
+		k, err := bind[testMxfp8ValueArgs](testModule(t, b), kTestMxfp8Val)
+		if err != nil {
+			return err
+		}
+		count, err := cu.MemAlloc(4)
+		if err != nil {
+			return err
+		}
+		defer cu.MemFree(count)
+		first, err := cu.MemAlloc(8)
+		if err != nil {
+			return err
+		}
+		defer cu.MemFree(first)
+		if err := cu.MemsetD32(count, 0, 1, b.stream); err != nil {
+			return err
+		}
+		if err := cu.MemsetD32(first, 0xFFFFFFFF, 2, b.stream); err != nil {
+			return err
+		}
+		for sc := 0; sc < 256; sc += 32 { // launches of 32 scales, each well under a second
+			if err := k.launch([3]int{8 * b.sms, 1, 1}, b.stream, &testMxfp8ValueArgs{Count: count, First: first, Sc0: i32(sc), Sc1: i32(sc + 32)}); err != nil {
+				return err
+			}
+		}
+		var out [3]uint32
+		if err := cu.MemcpyDtoH(u32bytes(out[:1]), count, b.stream); err != nil {
+			return err
+		}
+		if err := cu.MemcpyDtoH(u32bytes(out[1:]), first, b.stream); err != nil {
+			return err
+		}
+		if err := cu.StreamSync(b.stream); err != nil {
+			return err
+		}
+		if out[0] != 0 {
+			t.Errorf("mxfp8_value_bf16: %d of 2^40 (v, scale) pairs differ from mxfp8_bf16(e4m3_code); the first: v = %#08x at scale %#02x", out[0], out[1], out[2])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The timing's L2 flush (flushL2): every Tuning.Flush times a
 // forward; the buffer is allocated by the first flushed timing, holds the
 // zeros the read flush relies on (its sink is written only for a nonzero

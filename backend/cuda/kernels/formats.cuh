@@ -58,6 +58,50 @@ __device__ __forceinline__ u32 e4m3_code(float v, u32 sc) {
     return e4m3_abs(sa) | ((su >> 24) & 0x80u);
 }
 
+// E4M3 code -> float (exact; 0x7F and 0xFF are NaN).
+__device__ __forceinline__ float e4m3_to_float(u32 c) {
+    u32 e = (c >> 3) & 15u, m = c & 7u;
+    float v = e == 0 ? (float)m * 0.001953125f : __uint_as_float(((e + 120u) << 23) | (m << 20));
+    if ((c & 0x7Fu) == 0x7Fu) v = __uint_as_float(0x7FC00000u);
+    return (c & 0x80u) ? -v : v;
+}
+
+// float -> BF16 bits for values that are BF16 values (the dequantized
+// MXFP8 ones); NaN stays NaN.
+__device__ __forceinline__ u32 bf16_bits(float v) {
+    return v != v ? 0x7FC0u : (__float_as_uint(v) >> 16);
+}
+
+// The BF16 bits of the MXFP8 value code x sf (sf the block's scale as a
+// float): exact below 2^128, an infinity from there (xPastBF16 in Go keeps
+// such x off the BF16 paths).
+__device__ __forceinline__ u32 mxfp8_bf16(u32 code, float sf) { return bf16_bits(__fmul_rn(e4m3_to_float(code), sf)); }
+
+// mxfp8_bf16 of four codes of one block (scale sf as a float), element
+// 2i in the low half of word i.
+__device__ __forceinline__ uint2 mxfp8_bf16x4(u32 c0, u32 c1, u32 c2, u32 c3, float sf) {
+    return make_uint2(mxfp8_bf16(c0, sf) | mxfp8_bf16(c1, sf) << 16, mxfp8_bf16(c2, sf) | mxfp8_bf16(c3, sf) << 16);
+}
+
+// The BF16 bits of v's MXFP8 value in a block of scale sc: the bits of
+// mxfp8_bf16(e4m3_code(v, sc), e8m0_to_float(sc)) with no code between
+// (every float v at every scale: TestMXFP8ValueExhaustive), in half the
+// instructions and no branch. v / 2^X is rounded onto E4M3's grid in
+// float32: past 448 (or NaN, whose code is +448) to 448, below 2^-6 by the
+// sum with 2^14 (whose ulp is E4M3's step there, 2^-9), else to three
+// mantissa bits, round to nearest even; then multiplied back by 2^X.
+__device__ __forceinline__ u32 mxfp8_value_bf16(float v, u32 sc) {
+    if (sc == 0xFFu) return 0x7FC0u; // a floor block with a non-finite element: NaN codes
+    const float scaled = __fmul_rn(v, e8m0_inverse(sc));
+    const u32 su = __float_as_uint(scaled), sa = su & 0x7FFFFFFFu;
+    const float sub = __fsub_rn(__fadd_rn(__uint_as_float(sa), 16384.0f), 16384.0f);
+    const float nrm = __uint_as_float((sa + 0x7FFFFu + ((sa >> 20) & 1u)) & 0xFFF00000u);
+    float r = sa < 0x3C800000u ? sub : nrm;
+    r = sa >= 0x43E00000u ? 448.0f : r;
+    const u32 sign = sa > 0x7F800000u ? 0u : su & 0x80000000u;
+    return __float_as_uint(__fmul_rn(__uint_as_float(__float_as_uint(r) | sign), e8m0_to_float(sc))) >> 16;
+}
+
 // Quantize one 32-block held one element per lane of a warp: returns this
 // lane's code; lane 0's *scale_out gets the scale. NaN rules as mxfp: floor
 // -> 0xFF and 0x7F codes; rceil -> NaN skipped, encoded +448.

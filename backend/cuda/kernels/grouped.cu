@@ -197,38 +197,13 @@ __device__ __forceinline__ void gemm_k_loop(float (&acc)[TT / 8][4], GemmSmem<TT
     cp_async_wait0();
 }
 
-// E4M3 code -> float (exact; 0x7F and 0xFF are NaN).
-__device__ __forceinline__ float e4m3_to_float(u32 c) {
-    u32 e = (c >> 3) & 15u, m = c & 7u;
-    float v = e == 0 ? (float)m * 0.001953125f : __uint_as_float(((e + 120u) << 23) | (m << 20));
-    if ((c & 0x7Fu) == 0x7Fu) v = __uint_as_float(0x7FC00000u);
-    return (c & 0x80u) ? -v : v;
-}
-
-// float -> BF16 bits for values that are BF16 values (the dequantized
-// MXFP8 ones); NaN stays NaN.
-__device__ __forceinline__ u32 bf16_bits(float v) {
-    return v != v ? 0x7FC0u : (__float_as_uint(v) >> 16);
-}
-
-// The BF16 bits of the MXFP8 value code x sf (sf the block's scale as a
-// float): exact below 2^128, an infinity from there (xPastBF16 in Go keeps
-// such x off the BF16 paths).
-__device__ __forceinline__ u32 mxfp8_bf16(u32 code, float sf) { return bf16_bits(__fmul_rn(e4m3_to_float(code), sf)); }
-
-// mxfp8_bf16 of four codes of one block (scale sf as a float), element
-// 2i in the low half of word i.
-__device__ __forceinline__ uint2 mxfp8_bf16x4(u32 c0, u32 c1, u32 c2, u32 c3, float sf) {
-    return make_uint2(mxfp8_bf16(c0, sf) | mxfp8_bf16(c1, sf) << 16, mxfp8_bf16(c2, sf) | mxfp8_bf16(c3, sf) << 16);
-}
-
 // Four elements of a 32-block held as block_scale_lanes8 holds them ->
 // the BF16 bits of their MXFP8 values (the recipe's scale), element 2i in
 // the low half of word i.
 __device__ __forceinline__ uint2 mxfp8_bf16_lanes8(const float (&v)[4], int recipe, int lane) {
     const u32 sc = block_scale_lanes8(v, recipe, lane);
-    return mxfp8_bf16x4(e4m3_code(v[0], sc), e4m3_code(v[1], sc), e4m3_code(v[2], sc), e4m3_code(v[3], sc),
-                        e8m0_to_float(sc));
+    return make_uint2(mxfp8_value_bf16(v[0], sc) | mxfp8_value_bf16(v[1], sc) << 16,
+                      mxfp8_value_bf16(v[2], sc) | mxfp8_value_bf16(v[3], sc) << 16);
 }
 
 // gated_act, called rather than inlined: the wgmma GEMM1 evaluates it at
@@ -366,12 +341,12 @@ __device__ __forceinline__ void act_requant_store_k(const float (&acc)[NS][4], i
                 amax = umax(amax, m & 0x7FFFFFFFu);
             }
             u32 sc = block_scale_e4m3(amax, anynan, rcp);
-            u32 code = e4m3_code(v[s][h], sc);
             u64 row = (u64)(row0 + tok);
             if (aqbf) {
-                *(u16*)&aqbf[(row * ldn + fw + g) * 2] = (u16)mxfp8_bf16(code, e8m0_to_float(sc));
+                *(u16*)&aqbf[(row * ldn + fw + g) * 2] = (u16)mxfp8_value_bf16(v[s][h], sc);
                 continue;
             }
+            u32 code = e4m3_code(v[s][h], sc);
             aq[row * ldn + (permuted ? dec_bpos(fw + g) : fw + g)] = (u8)code;
             if (warp == bw0 && g == 0) {
                 aqs[row * (ldn / 32) + (fw >> 5)] = (u8)sc;

@@ -24,3 +24,27 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_test_f4_widen(co
     f4_widen(r, a.in[i], (i & 1) ? b1 : b0);
     for (int j = 0; j < 4; j++) a.out[4 * i + j] = r[j];
 }
+
+// The exhaustive test of mxfp8_value_bf16: every float bit pattern v at
+// each scale of [sc0, sc1) against the code and back (mxfp8_bf16 of
+// e4m3_code); count gets the mismatches, first the least sc << 32 | v of
+// them (left as it was where none).
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_test_mxfp8_value(const TestMxfp8ValueArgs a) {
+    u32 n = 0;
+    u64 first = ~0ull;
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    for (u32 sc = (u32)a.sc0; sc < (u32)a.sc1; sc++) {
+        const float sf = e8m0_to_float(sc);
+        for (u64 v = (u64)blockIdx.x * blockDim.x + threadIdx.x; v < (1ull << 32); v += stride) {
+            const float f = __uint_as_float((u32)v);
+            if (mxfp8_bf16(e4m3_code(f, sc), sf) != mxfp8_value_bf16(f, sc)) {
+                n++;
+                first = first < ((u64)sc << 32 | v) ? first : ((u64)sc << 32 | v);
+            }
+        }
+    }
+    if (n != 0u) {
+        atomicAdd(a.count, n);
+        atomicMin(a.first, first);
+    }
+}

@@ -338,12 +338,11 @@ __device__ __forceinline__ void wg_gemm1_act(const WgGemm1Args& a) {
             }
             u32 sc = block_scale_e4m3(amax, nan != 0, rcp);
             if (!valid) continue;
-            float sf = e8m0_to_float(sc);
 #pragma unroll
             for (int jj = 0; jj < 4; jj++) {
                 u32 pair = 0;
 #pragma unroll
-                for (int b = 0; b < 2; b++) pair |= mxfp8_bf16(e4m3_code(v[2 * jj + b], sc), sf) << (16 * b);
+                for (int b = 0; b < 2; b++) pair |= mxfp8_value_bf16(v[2 * jj + b], sc) << (16 * b);
                 int col = 8 * (4 * bk + jj) + 2 * t;
                 *(u32*)&a.aqbf[(row * N + f0 + col) * 2] = pair;
             }
