@@ -21,7 +21,7 @@ func kimiShape(m int, t Tuning) planShape {
 // Which path a token count takes, from the plan's inputs alone (no
 // device): wgmma-fp4 first where it is available, up to its threshold;
 // then decode (small M, or a shape only it runs); then wgmma from its
-// threshold; else the mma.sync grouped GEMMs; an x past BF16's range
+// threshold; else the mma.sync grouped GEMMs; an x BF16 does not hold
 // takes the mma.sync GEMMs where a BF16 path was chosen.
 func TestPathOrder(t *testing.T) {
 	oss := func(m int) planShape { return planShape{m: m, topk: 4, k: 2880, n: 2880, e: 32} }
@@ -47,6 +47,13 @@ func TestPathOrder(t *testing.T) {
 		{"GPT-OSS 2880", oss, map[int]Path{1: PathDecode, 8192: PathDecode}},
 		{"wide x", func(m int) planShape { s := kimiShape(m, Tuning{}); s.wide = true; return s },
 			map[int]Path{1: PathGrouped, 8192: PathGrouped}},
+		// GPT-OSS's 2880 on sm_90 (the padded wgmma-fp4 layout): a wide x
+		// takes the decode GEMMs, which pad K and N; the grouped ones step
+		// by whole 128-k chunks.
+		{"GPT-OSS 2880, fp4", func(m int) planShape { s := oss(m); s.f4, s.wg = true, true; return s },
+			map[int]Path{1: PathFP4, 8192: PathFP4}},
+		{"GPT-OSS 2880, fp4, wide x", func(m int) planShape { s := oss(m); s.f4, s.wg, s.wide = true, true, true; return s },
+			map[int]Path{1: PathDecode, 512: PathDecode, 8192: PathDecode}},
 		// The bf16 chain runs only on the BF16 paths: at every M, whatever
 		// x holds and whatever the decode and fp4 thresholds say.
 		{"bf16 chain", func(m int) planShape { s := kimiShape(m, Tuning{}); s.bf16, s.wide = true, true; return s },

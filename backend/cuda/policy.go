@@ -134,7 +134,7 @@ type planShape struct {
 	allLocal         bool   // one rank: every slot's expert is local
 	wg, f4           bool   // the wgmma and wgmma-fp4 weights are on the device
 	wgRows           [2]int // the wgmma GEMMs' weight rows a tile
-	wide             bool   // x passes BF16's range (xPastBF16)
+	wide             bool   // x has MXFP8 values BF16 does not hold (xOutsideBF16)
 	bf16             bool   // the bf16 chain: x and the intermediate as BF16, which only the two wgmma paths run
 	tune             Tuning
 }
@@ -175,6 +175,9 @@ func choosePlan(s planShape) Plan {
 	}
 	if s.wide && !s.bf16 && p.Path.bf16Operands() {
 		p.Path, p.Wide = PathGrouped, true
+		if s.k%abiStageK != 0 || s.n%abiStageK != 0 {
+			p.Path = PathDecode // the grouped GEMMs' whole 128-k steps; decode pads
+		}
 	}
 	switch p.Path {
 	case PathDecode:
