@@ -32,8 +32,8 @@
 // # The launch plan
 //
 // Which kernels a forward runs is a value: choosePlan (policy.go, which
-// holds every threshold) picks a Plan once per (layer, M, whether x passes
-// BF16's range) from the shape, what the layer holds on the device and its
+// holds every threshold) picks a Plan once per (layer, M, whether x has
+// MXFP8 values BF16 does not hold) from the shape, what the layer holds on the device and its
 // Tuning, and the forward executes it (steps.go and one file a path).
 // Layer.PlanFor returns it and Plan.String describes it (kimimoe bench
 // prints it). The one override is a Tuning (Layer.SetTuning, WithTuning;
@@ -129,12 +129,15 @@
 // SM, four stages), x and the intermediate written as BF16, two
 // warpgroups a CTA.
 //
-// The two BF16 paths take x as BF16, which holds every MXFP8 value below
-// 2^128; a forward whose x reaches 2^128 (an infinite element under the
-// rceil recipe, or pre-quantized block scales of 2^120 and up) would turn
-// such values into infinities and a product with a zero weight into NaN
-// where the exact product is 0, so it runs the mma.sync GEMMs instead,
-// decided on the host at upload (one graph per input form and per this).
+// The two BF16 paths take x as BF16, which holds every MXFP8 value from
+// block scale 2^-124 to below 2^128. A forward whose x reaches 2^128 (an
+// infinite element under the rceil recipe, or pre-quantized block scales
+// of 2^120 and up) would turn such values into infinities and a product
+// with a zero weight into NaN where the exact product is 0; one with a
+// block of scale 2^-125 or below (a nonzero float32 block under 2^-116,
+// or pre-quantized codes finer than BF16's 2^-133) would lose their low
+// bits. Either runs the mma.sync GEMMs instead, decided on the host at
+// upload (xOutsideBF16; one graph per input form and per this).
 //
 // All paths sum each token's slots in slot order with no atomics (results
 // are bitwise deterministic) and never index anything with -1 or another

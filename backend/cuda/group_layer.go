@@ -42,7 +42,7 @@ type dispatchState struct {
 	recvOff []int // rows received from device d: [recvOff[d], recvOff[d+1]) of the layer's workspace
 	hPad    int   // home rows per device, padded: ceil(M / D)
 	form    int
-	wide    bool      // x has MXFP8 values past BF16's range (xPastBF16)
+	wide    bool      // x has MXFP8 values BF16 does not hold (xOutsideBF16)
 	sent    [][]int32 // sent[a][b]: tokens device a sends to device b (every device's counts)
 
 	homeX, homeXQ, homeXS, homeIDs, homeWts devptr
@@ -419,7 +419,7 @@ func (p *memberLayer) uploadDispatch(gl *GroupLayer, in *moe.Input) error {
 	if in.X != nil {
 		ds.form = formFloat
 	}
-	ds.wide = xPastBF16(in, p.l.spec.Recipe)
+	ds.wide = xOutsideBF16(in, p.l.spec.Recipe)
 	alloc := func(n int) (devptr, error) {
 		ptr, err := cu.MemAlloc(n) // (cuMemAlloc makes 0 bytes a real buffer)
 		if err == nil {

@@ -150,15 +150,15 @@ func (l *Layer) rowK(p Path) int {
 	return l.w.K
 }
 
-// plan is the launch plan of an m-token forward of top-k whose x does
-// (wide) or does not pass BF16's range.
+// plan is the launch plan of an m-token forward of top-k whose x has
+// MXFP8 values BF16 does not hold (wide) or not.
 func (l *Layer) plan(m, topk int, wide bool) Plan {
 	return choosePlan(planShape{m: m, topk: topk, k: l.w.K, n: l.w.N, e: l.w.E, allLocal: l.spec.EP.Normalize().Size == 1,
 		wg: l.wg.w31 != 0, f4: l.f4.w31 != 0, wgRows: l.wg.rows, wide: wide, bf16: l.spec.Chain == moe.ChainBF16, tune: l.tune})
 }
 
 // PlanFor is the launch plan of a forward of m tokens of top-k whose x
-// is within BF16's range: what kimimoe bench prints.
+// BF16 holds: what kimimoe bench prints.
 func (l *Layer) PlanFor(m, topk int) Plan {
 	l.b.mu.Lock()
 	defer l.b.mu.Unlock()
@@ -166,8 +166,9 @@ func (l *Layer) PlanFor(m, topk int) Plan {
 }
 
 // PathFor names the kernels a forward of m tokens runs (Plan.Path, which
-// does not depend on top-k): an input whose x passes BF16's range
-// (xPastBF16) runs "grouped" where this says one of the two wgmma paths.
+// does not depend on top-k): an input whose x BF16 does not hold
+// (xOutsideBF16) runs "grouped" ("decode" where K or N is not a multiple
+// of 128) where this says one of the two wgmma paths.
 func (l *Layer) PathFor(m int) string { return l.PlanFor(m, 1).Path.String() }
 
 // uploadWeights copies the weights and activation parameters to the

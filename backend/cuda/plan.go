@@ -20,7 +20,7 @@ func (p Path) String() string {
 }
 
 // bf16Operands reports whether the path's GEMMs take x and the
-// intermediate as BF16 (the two wgmma paths), so x must fit BF16's range.
+// intermediate as BF16 (the two wgmma paths), so x's values must be BF16 values.
 func (p Path) bf16Operands() bool { return p == PathWGMMA || p == PathFP4 }
 
 // Loop is the wgmma-fp4 GEMMs' k-loop.
@@ -64,7 +64,7 @@ func (p Prologue) steps() []string {
 type Plan struct {
 	M, TopK   int
 	Path      Path
-	Wide      bool     // x passes BF16's range: the mma.sync GEMMs where the shape picks a BF16 path
+	Wide      bool     // x has values BF16 does not hold: the mma.sync GEMMs where the shape picks a BF16 path
 	Tile      int      // tokens a tile (0 on decode)
 	Tiles     int      // the grouped GEMMs' grid rows: the most tiles any routing makes
 	Subtiles  int      // decode: 8-token subtiles a pass
@@ -84,7 +84,7 @@ func (p Plan) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "M=%d %s", p.M, p.Path)
 	if p.Wide {
-		b.WriteString(" (x past BF16's range)")
+		b.WriteString(" (x outside BF16)")
 	}
 	switch p.Path {
 	case PathDecode:

@@ -38,7 +38,7 @@ type workspace struct {
 	ug                       devptr      // GEMM1's float32 up and gate for kmoe_act_requant (0 where no plan runs the activation kernel)
 	plans                    [2]Plan     // the launch plans, by wide
 	form                     int         // of the input uploaded last
-	wide                     bool        // its MXFP8 values pass BF16's range (xPastBF16)
+	wide                     bool        // its MXFP8 values are not all BF16 values (xOutsideBF16)
 	graph                    [4]cu.Graph // by graphKey
 	graphX                   [4]cu.GraphExec
 	bufs                     []devptr
@@ -177,10 +177,10 @@ func (l *Layer) upload(in *moe.Input) (*workspace, error) {
 		return nil, err
 	}
 	s := l.b.stream
-	// Only the BF16 paths need to know whether x passes BF16's range.
+	// Only the BF16 paths need to know whether BF16 holds x's values.
 	bf16 := ws.plans[0].Path.bf16Operands()
 	// On the bf16 chain x is BF16 by the contract, infinities included.
-	ws.form, ws.wide = formQuantized, bf16 && l.spec.Chain != moe.ChainBF16 && xPastBF16(in, l.spec.Recipe)
+	ws.form, ws.wide = formQuantized, bf16 && l.spec.Chain != moe.ChainBF16 && xOutsideBF16(in, l.spec.Recipe)
 	if in.X != nil {
 		ws.form = formFloat
 		err = cu.MemcpyHtoD(ws.x, f32bytes(in.X), s)
