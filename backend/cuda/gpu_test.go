@@ -556,3 +556,68 @@ func testModule(t *testing.T, b *Backend) cu.Module {
 	testModules[b] = m
 	return m
 }
+
+// An x of block scale 2^-127 whose codes BF16 cannot hold (every E4M3
+// value times 2^-127 that is no multiple of 2^-133: the subnormals and
+// the fine normals) leaves the BF16 paths (xOutsideBF16): on the wgmma
+// path, which M = 256 takes on this layer, its BF16 operand would drop
+// those bits (2^-136 becomes 0), an error far past the bound. FC1's
+// scales are raised by 2^110 so that GEMM1's values stay in float32's
+// normal range. The pre-quantized x and the same values given as
+// float32 (quantized on the device to the same codes and scales) must
+// give the same bits and meet the oracle's bound.
+func TestTinyXLeavesBF16Paths(t *testing.T) {
+	b := openCUDAOrSkip(t)
+	s := smallSpec("tiny-x")
+	w, err := validation.GenerateWeights(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range w.W31Scale {
+		w.W31Scale[i] += 110
+	}
+	l, _ := prepare(t, b, &s, w)
+	defer l.Close()
+	const m = 256
+	if !l.PlanFor(m, s.TopK).Path.bf16Operands() {
+		t.Skipf("M=%d takes the %s path here, not a BF16 one", m, l.PathFor(m))
+	}
+	in := kimiInput(t, &s, w, m, 5)
+	var fine []uint8 // the codes BF16 cannot hold at scale 0, both signs
+	for c := range 256 {
+		if !mxfp8HeldByBF16(uint8(c), 0) {
+			fine = append(fine, uint8(c))
+		}
+	}
+	xq := mxfp.NewMXFP8Matrix(m, w.K)
+	x := make([]float32, m*w.K)
+	for i := range xq.Codes {
+		xq.Codes[i] = fine[(i*7+i/w.K)%len(fine)]
+		x[i] = float32(math.Ldexp(float64(mxfp.DecodeE4M3(xq.Codes[i])), -127)) // exact: float32's subnormals reach 2^-149
+	}
+	if !xOutsideBF16(&moe.Input{XQ: xq}, s.Recipe) || !xOutsideBF16(&moe.Input{X: x}, s.Recipe) {
+		t.Fatal("xOutsideBF16 keeps the tiny x on the BF16 paths")
+	}
+	o, err := moe.NewOracle(w, s.LayerSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outs [][]float32
+	for _, form := range []string{"pre-quantized", "float32"} {
+		tin := *in
+		tin.X, tin.XQ = x, nil
+		if form == "pre-quantized" {
+			tin.X, tin.XQ = nil, xq
+		}
+		out := forwardOut(t, l, &tin, m)
+		if met := oracleMetrics(t, o, &tin, w.K, out)[0]; met.Cosine < backend.MinCosine || !(met.NRMSE <= backend.MaxNRMSE) {
+			t.Errorf("%s tiny x against the oracle: %+v", form, met)
+		}
+		outs = append(outs, out)
+	}
+	for i := range outs[0] {
+		if math.Float32bits(outs[0][i]) != math.Float32bits(outs[1][i]) {
+			t.Fatalf("element %d: %g pre-quantized, %g from float32", i, outs[0][i], outs[1][i])
+		}
+	}
+}
