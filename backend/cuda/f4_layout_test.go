@@ -212,6 +212,17 @@ func TestXOutsideBF16(t *testing.T) {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
 	}
+	// The bottom threshold is the oracle's scale rule: a block of largest
+	// magnitude 2^-116 gets scale 2^-124 under floor (rceil's is never
+	// lower), one just under it 2^-125.
+	for _, rc := range []mxfp.Recipe{mxfp.RecipeFloor, mxfp.RecipeRCeil} {
+		if x := mxfp.ScaleExponent(0x1p-116, mxfp.ElemE4M3, rc); x != -124 {
+			t.Errorf("%v: the scale of a block of 2^-116 is 2^%d, want 2^-124", rc, x)
+		}
+	}
+	if x := mxfp.ScaleExponent(float64(below), mxfp.ElemE4M3, mxfp.RecipeFloor); x != -125 {
+		t.Errorf("floor: the scale of a block just under 2^-116 is 2^%d, want 2^-125", x)
+	}
 	// The boundary, in float64: the largest E4M3 value times 2^(s-127) is a
 	// finite BF16 for s = 246 and not for 247.
 	bf16Max := (2 - math.Ldexp(1, -7)) * math.Ldexp(1, 127)
