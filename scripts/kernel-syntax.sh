@@ -24,7 +24,6 @@ cat > "$dir/stubs.h" <<'EOS'
 #define __shared__
 #define __restrict__
 #define __launch_bounds__(...)
-#define __maxnreg__(...)
 #define __align__(n) __attribute__((aligned(n)))
 #define __CUDA_ARCH__ 900
 #define __CUDA_ARCH_FEAT_SM90_ALL 1

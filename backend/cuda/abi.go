@@ -658,7 +658,6 @@ var (
 	kF4SGemm1     = instances[f4Gemm1Args]("kmoe_f4s_gemm1_act_t", f4sTiles)
 	kF4SGemm2     = instances[f4Gemm2Args]("kmoe_f4s_gemm2_t", f4sTiles)
 	kF4SGemm2Deep = spec[f4Gemm2Args]("kmoe_f4s_gemm2_t8_deep")
-	kF4PGemm1     = instances[f4Gemm1Args]("kmoe_f4_gemm1_persist_t", f4PersistTiles)
 	kTestF4Widen  = spec[testF4WidenArgs]("kmoe_test_f4_widen")
 	kL2Flush      = spec[l2FlushArgs]("kmoe_l2_flush")
 	kActRequant   = spec[actRequantArgs]("kmoe_act_requant")
@@ -685,7 +684,7 @@ var decodeSubtiles = []int{1, 2, 4}
 var kernelSpecs = func() []kernelSpec {
 	all := []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize,
 		kDecPrologue, kXBF16, kRouteXBF16, kRouteXMany, kGatherRows, kAddRows, kF4SGemm2Deep, kActRequant}
-	for _, m := range []map[int]kernelSpec{kDecGemm1, kDecGemm2, kWGGemm1, kWGGemm2, kF4Gemm1, kF4Gemm2, kF4FitGemm1, kF4FitGemm2, kF4SGemm1, kF4SGemm2, kF4PGemm1} {
+	for _, m := range []map[int]kernelSpec{kDecGemm1, kDecGemm2, kWGGemm1, kWGGemm2, kF4Gemm1, kF4Gemm2, kF4FitGemm1, kF4FitGemm2, kF4SGemm1, kF4SGemm2} {
 		for _, k := range m {
 			all = append(all, k)
 		}

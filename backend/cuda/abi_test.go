@@ -45,7 +45,7 @@ func TestKernelsUseOnlyABIMacros(t *testing.T) {
 // Every kernel the host launches exists in the kernels with the argument
 // struct abi.go says, taken by value, and nothing else is an entry point.
 func TestKernelEntryPointsMatchABI(t *testing.T) {
-	entry := regexp.MustCompile(`extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(?:__maxnreg__\(\w+\) )?(\w+)\(const (\w+) a\)`)
+	entry := regexp.MustCompile(`extern "C" __global__ void (?:__launch_bounds__\([^)]*\) )?(\w+)\(const (\w+) a\)`)
 	found := map[string]string{}
 	for _, m := range entry.FindAllStringSubmatch(kernelSource, -1) {
 		found[m[1]] = m[2]

@@ -98,9 +98,8 @@ type kernels struct {
 	f4FitGemm2   map[int]kernel[f4Gemm2Args]
 	f4sGemm1     map[int]kernel[f4Gemm1Args] // the small tiles' barrier-free loop, by token tile
 	f4sGemm2     map[int]kernel[f4Gemm2Args]
-	f4sGemm2Deep kernel[f4Gemm2Args]         // its GEMM2 at 8 tokens for small grids (f4sDeep2)
-	f4PGemm1     map[int]kernel[f4Gemm1Args] // GEMM1 persistent, by token tile (Plan.Persist)
-	actRequant   kernel[actRequantArgs]      // GEMM1's epilogue on its own (Plan.ActKernel)
+	f4sGemm2Deep kernel[f4Gemm2Args]    // its GEMM2 at 8 tokens for small grids (f4sDeep2)
+	actRequant   kernel[actRequantArgs] // GEMM1's epilogue on its own (Plan.ActKernel)
 }
 
 func loadKernels(m cu.Module) (*kernels, error) {
@@ -156,8 +155,6 @@ func loadKernels(m cu.Module) (*kernels, error) {
 	k.f4sGemm2, err = bindAll[f4Gemm2Args](m, kF4SGemm2, f4sSmem)
 	add(err)
 	k.f4sGemm2Deep, err = bindSmem[f4Gemm2Args](m, kF4SGemm2Deep, f4sSmem(8))
-	add(err)
-	k.f4PGemm1, err = bindAll[f4Gemm1Args](m, kF4PGemm1, f4Smem)
 	add(err)
 	k.actRequant, err = bind[actRequantArgs](m, kActRequant)
 	add(err)

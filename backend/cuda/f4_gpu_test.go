@@ -10,7 +10,6 @@ import (
 
 	"kimimoe/activation"
 	"kimimoe/backend"
-	"kimimoe/backend/cuda/internal/cu"
 	"kimimoe/moe"
 	"kimimoe/mxfp"
 	"kimimoe/validation"
@@ -410,59 +409,5 @@ func TestF4Padded(t *testing.T) {
 			}
 			l.Close()
 		}
-	}
-}
-
-// TestF4Persist: the persistent GEMM1 (Plan.Persist: a CTA an SM over the
-// plain grid's units in its order, the activation kernel by tile beside
-// it in 128-thread CTAs) gives the bits of the plain grid with the
-// activation kernel after all of it, at the fewest tokens of the
-// 128-token tile and at M=1500 (part-filled last tiles), each CTA taking
-// tens of units; a unit given another's features or tile, a stage
-// refilled while the other warpgroup's wgmmas still read it, or an
-// activation CTA that ran before its tile was stored would show as other
-// bits. Both agree with the oracle; the forward launches the persistent
-// kernel at all; and its registers leave an SM room for one activation
-// CTA beside it, the point of the design (without that room the
-// activation waits for GEMM1, the same bits, slower).
-func TestF4Persist(t *testing.T) {
-	b, l, s, w, o := kimiF4Layer(t)
-	set := func(off bool) {
-		t.Helper()
-		setLayer(t, l, func(u *Tuning) { u.NoPersist = off })
-	}
-	for _, m := range []int{f4T128MinM, 1500} {
-		in := kimiInput(t, s, w, m, uint64(9600+m))
-		var outs [2][]float32
-		for i, off := range []bool{false, true} {
-			set(off)
-			if p := l.PlanFor(m, s.TopK); p.Persist == off || p.Tile != 128 || !p.ActKernel || p.ActByTile == off {
-				t.Fatalf("M=%d, persist off %v: plan %s", m, off, p)
-			}
-			outs[i] = forwardOut(t, l, in, m)
-		}
-		requireSameBits(t, m, "with the persistent GEMM1", outs[0], "on the plain grid", outs[1])
-		comparePaths(t, o, in, w.K, [2]string{"the persistent GEMM1", "the plain grid"}, outs)
-	}
-	set(false)
-	requireLaunched(t, l, kimiInput(t, s, w, f4T128MinM, 9601), f4T128MinM, &b.k.f4PGemm1, "the persistent GEMM1")
-
-	// Registers are allocated a warp at a time in units of 256.
-	warpRegs := func(k cu.Function) int {
-		r, err := cu.FuncRegisters(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return (r*32 + 255) / 256 * 256
-	}
-	g1, act := warpRegs(b.k.f4PGemm1[128].fn), warpRegs(b.k.actRequant.fn)
-	perSM, err := cu.DeviceAttribute(b.dev, 82) // CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR
-	if err != nil {
-		t.Fatal(err)
-	}
-	if used := g1*abiThreads/32 + act*actPersistThreads/32; used > perSM {
-		t.Errorf("a persistent GEMM1 CTA (%d registers a warp) and an activation CTA (%d) need %d registers, the SM has %d", g1, act, used, perSM)
-	} else {
-		t.Logf("a persistent GEMM1 CTA and an activation CTA: %d of the SM's %d registers", used, perSM)
 	}
 }

@@ -35,11 +35,7 @@ func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 	}
 	gemm1 = []step{{"gemm1_act", func() error {
 		g1, _, smem := kernels()
-		grid := [3]int{gemm1CTAs, p.Tiles, 1}
-		if p.Persist { // a CTA an SM, each over units in the plain grid's order
-			g1, grid = b.k.f4PGemm1[tt], [3]int{min(gemm1CTAs*p.Tiles, b.sms), 1, 1}
-		}
-		return g1.launchMaybePDL(p.PDL, grid, abiThreads, smem, s,
+		return g1.launchMaybePDL(p.PDL, [3]int{gemm1CTAs, p.Tiles, 1}, abiThreads, smem, s,
 			&f4Gemm1Args{XBF: ws.xbf, W: l.f4.w31, WS: l.f4.w31s, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
 				Params: l.params, B1: l.b1, AQBF: ws.aqbf, Ready: ready, UG: ws.ug, K: i32(kp), N: i32(np), TopK: i32(ws.topk), ELocal: i32(w.E), NB1: i32(w.N),
 				Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
@@ -48,14 +44,10 @@ func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 		gemm1 = append(gemm1, step{"act_requant", func() error {
 			warps := (entries*np/32 + 3) / 4 // the routed rows' blocks (an upper bound), four a warp at a time
 			grid := [3]int{min((warps+abiThreads/32-1)/(abiThreads/32), actCTAsSM*b.sms), 1, 1}
-			threads := abiThreads
 			if p.ActByTile {
 				grid = [3]int{tt, p.Tiles, 1} // a CTA a row of a tile
 			}
-			if p.Persist {
-				threads = actPersistThreads // small enough to sit beside a GEMM1 CTA
-			}
-			return b.k.actRequant.launchMaybePDL(p.PDL, grid, threads, 0, s,
+			return b.k.actRequant.launchMaybePDL(p.PDL, grid, abiThreads, 0, s,
 				&actRequantArgs{UG: ws.ug, Offset: ws.offset, Params: l.params, B1: l.b1, AQBF: ws.aqbf, TileBase: ws.tileBase, Ready: ready,
 					Done: actDone, N: i32(np), NB1: i32(w.N), ELocal: i32(w.E), Kind: activationCode(l.spec.Activation),
 					NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe, TT: i32(tt),

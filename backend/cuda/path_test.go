@@ -101,8 +101,7 @@ func TestPlanIsWhatRuns(t *testing.T) {
 				if p.Path != PathDecode && (p.Tile == 0 || p.Tiles < (m*s.topk+p.Tile-1)/p.Tile) {
 					t.Errorf("%s: tile %d, %d tile rows for %d entries", p, p.Tile, p.Tiles, m*s.topk)
 				}
-				if p.ActByTile && (!p.ActKernel || !p.TileReady) || p.Deep2 && p.Loop != LoopSync ||
-					p.Persist && (!p.ActByTile || !p.PDL || p.Loop != LoopWGMMA || !slices.Contains(f4PersistTiles, p.Tile)) {
+				if p.ActByTile && (!p.ActKernel || !p.TileReady) || p.Deep2 && p.Loop != LoopSync {
 					t.Errorf("%s: inconsistent switches", p)
 				}
 			}
@@ -228,30 +227,6 @@ func TestF4ActKernelRange(t *testing.T) {
 	}
 	if choosePlan(kimiShape(128, Tuning{FP4ActMinM: 1, FP4ActMaxM: -1})).ActKernel {
 		t.Error("fp4-act-max-m=-1 left M=128 on the activation kernel")
-	}
-}
-
-// GEMM1 is persistent, with the activation kernel by tile beside it,
-// exactly where the 128-token tile runs the activation kernel with PDL
-// and tile-ready counts (the kernel's trigger is what lets the
-// activation start; the counts are what it waits on); each switch off
-// takes it away.
-func TestF4PersistRange(t *testing.T) {
-	for m, want := range map[int]bool{512: false, f4T128MinM - 1: false, f4T128MinM: true, 2048: true, 8192: true, 8193: false} {
-		if p := choosePlan(kimiShape(m, Tuning{})); p.Persist != want || p.Persist && !p.ActByTile {
-			t.Errorf("M=%d: %s; want persistent %v", m, p, want)
-		}
-	}
-	for _, tu := range []Tuning{{NoPersist: true}, {NoPDL: true}, {NoTileReady: true}, {FP4Tile: 256}, {FP4ActMaxM: -1}} {
-		if p := choosePlan(kimiShape(2048, tu)); p.Persist {
-			t.Errorf("%+v: %s", tu, p)
-		}
-	}
-	// GPT-OSS-120B's 128 experts at top-4 fill 128-token tiles from 8192 tokens.
-	oss := kimiShape(8192, Tuning{})
-	oss.k, oss.n, oss.e, oss.topk, oss.allLocal = 2944, 2944, 128, 4, true
-	if p := choosePlan(oss); !p.Persist {
-		t.Errorf("GPT-OSS-120B M=8192: %s", p)
 	}
 }
 

@@ -74,7 +74,6 @@ type Plan struct {
 	PDL       bool     // wgmma-fp4: programmatic dependent launch
 	ActKernel bool     // wgmma-fp4: the activation as a kernel of its own
 	ActByTile bool     // ... by tile, beside GEMM1's last tiles
-	Persist   bool     // wgmma-fp4: GEMM1 a CTA an SM over the tiles, the activation by tile beside all of it
 	TileReady bool     // wgmma-fp4: GEMM2 waits for its tile's producers, not all of them
 	Prologue  Prologue // grouped paths
 	Steps     []string // the launches, in order (Profile's names)
@@ -99,7 +98,7 @@ func (p Plan) String() string {
 		for _, f := range []struct {
 			on   bool
 			what string
-		}{{p.Deep2, "deep GEMM2"}, {p.PDL, "PDL"}, {p.TileReady, "tile-ready"}, {p.ActByTile, "activation by tile"}, {p.Persist, "persistent GEMM1"}} {
+		}{{p.Deep2, "deep GEMM2"}, {p.PDL, "PDL"}, {p.TileReady, "tile-ready"}, {p.ActByTile, "activation by tile"}} {
 			if f.on {
 				b.WriteString(", " + f.what)
 			}

@@ -101,18 +101,6 @@ const (
 // while a wave of tiles is short; with many tiles the waits cost more.
 const actByTileMaxMDefault = 192
 
-// f4PersistTiles are the tiles with a persistent GEMM1 (kmoe_f4_gemm1_persist_t*):
-// the 128-token tile, one CTA an SM, leaves room for one activation CTA
-// of actPersistThreads beside it when its threads take at most
-// f4PersistRegs registers: 256 x 232 + 128 x 48 (kmoe_act_requant's)
-// are the SM's 64 Ki; the stages leave 60 KiB of shared memory.
-var f4PersistTiles = []int{128}
-
-const (
-	actPersistThreads = 128
-	f4PersistRegs     = 232
-)
-
 // routeManyMaxMDefault is the most tokens whose prologue, above
 // abiRouteCTAMax entries, is the one launch of kmoe_route_x_many rather
 // than four; three launch gaps fewer was faster up to 512 tokens and no
@@ -223,12 +211,6 @@ func choosePlan(s planShape) Plan {
 		p.ActKernel = em >= or(t.FP4ActMinM, f4ActMinMDefault) && s.m <= or(t.FP4ActMaxM, f4ActMaxMDefault) // the upper bound is memory: M
 		p.TileReady = s.m >= f4TileReadyMinM && !t.NoTileReady
 		p.ActByTile = p.ActKernel && p.TileReady && em <= or(t.ActByTileMaxM, actByTileMaxMDefault)
-		// Persistent GEMM1: its CTAs all trigger the activation kernel
-		// at once, which then runs by tile beside it.
-		p.Persist = p.ActKernel && p.PDL && p.TileReady && p.Loop == LoopWGMMA && slices.Contains(f4PersistTiles, p.Tile) && !t.NoPersist
-		if p.Persist {
-			p.ActByTile = true
-		}
 		if p.ActKernel && !p.ActByTile {
 			p.TileReady = false // GEMM2 waits for all of the activation kernel
 		}

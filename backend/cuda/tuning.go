@@ -30,7 +30,6 @@ type Tuning struct {
 	NoFP4Sync     bool // the small tiles on the wgmma loop, not the barrier-free mma.sync loop
 	NoPDL         bool // no programmatic dependent launch on the wgmma-fp4 path
 	NoTileReady   bool // GEMM2 waits for all of GEMM1, not its own tile's CTAs
-	NoPersist     bool // GEMM1 on its plain grid where the policy picks the persistent one
 	Flush         Flush
 }
 
@@ -75,7 +74,6 @@ var tuningKeys = []tuningKey{
 	{"fp4-sync", "off: the small tiles on the wgmma loop", func(t *Tuning) any { return &t.NoFP4Sync }},
 	{"pdl", "off: no programmatic dependent launch", func(t *Tuning) any { return &t.NoPDL }},
 	{"tile-ready", "off: GEMM2 waits for all of GEMM1", func(t *Tuning) any { return &t.NoTileReady }},
-	{"persist", "off: GEMM1 on its plain grid, not persistent", func(t *Tuning) any { return &t.NoPersist }},
 	{"flush", "the timing's L2 flush: read, write or none", func(t *Tuning) any { return &t.Flush }},
 }
 

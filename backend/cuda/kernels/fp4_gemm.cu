@@ -23,31 +23,6 @@ __device__ __forceinline__ void store_up_gate(const float (&acc)[NS][4], int cou
 // the intermediate as BF16 for GEMM2. grid.x = N / 64.
 // SYNC: 0 for the wgmma loop, else the mma.sync loop with SYNC steps ahead;
 // FIT: the wgmma loop at the tile's N (f4_k_loop_fit).
-#if defined(WG_ENABLED)
-// One unit: feature block x of routing tile tl (y). UG: a.ug is set (the
-// persistent GEMM1), so the epilogue's code is left out.
-template <int NT, int SYNC, bool FIT, bool UG = false>
-__device__ __forceinline__ void f4_gemm1_unit(const F4Gemm1Args& a, const Tile& tl, int x, int y, u32 (&s_amax)[8][NT]) {
-    auto& s = f4_smem<NT, SYNC>();
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float acc[NT / 2];
-    u64 group = (u64)tl.expert * (a.n / 32) + x * 2 + (threadIdx.x >> 7); // this warpgroup's 64 rows
-    f4_tile_mma<NT, SYNC, FIT>(acc, s, a.xbf, a.k, a.w, a.ws, group, InputWait{nullptr, 0, 0}, tl.count); // waited above
-    if (UG || a.ug != nullptr) { // the activation and requantization in kmoe_act_requant
-        store_up_gate<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), tl.count, lane & 3, a.ug, tl.row0, a.n,
-                              x * 64 + warp * 8 + (lane >> 2));
-        if (a.ready != nullptr) tile_signal(a.ready + y); // kmoe_act_requant by tile waits for it
-        return;
-    }
-    const float* p = a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE;
-    act_requant_store<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), (tl.count + 7) / 8, tl.count, s_amax, warp,
-                              (warp >> 2) * 4, p, a.kind, a.chain, a.recipe, lane >> 2, lane & 3, nullptr, nullptr,
-                              nullptr, tl.row0, a.n, x * 64 + warp * 8, false, a.aqbf,
-                              fc1_bias_row(a.b1, tl.expert, a.nb1), a.nb1);
-    if (a.ready != nullptr) tile_signal(a.ready + y);
-}
-#endif
-
 template <int NT, int SYNC, bool FIT = false>
 __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
 #if defined(WG_ENABLED)
@@ -57,37 +32,22 @@ __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
     pdl_trigger();
     Tile tl;
     if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, a.perm, a.top_k, s.src, &tl)) return;
-    f4_gemm1_unit<NT, SYNC, FIT>(a, tl, blockIdx.x, blockIdx.y, s_amax);
-#endif
-}
-
-// GEMM1 persistent (Plan.Persist; grid.x at most the CTAs resident at
-// once, grid.y = 1): CTA c takes the units c, c + gridDim.x, ... in the
-// order of the plain grid (feature block u mod N / 64 of tile u / (N /
-// 64)) until the routing's tiles end, storing up and gate for
-// kmoe_act_requant by tile. Its pdl_trigger then comes at once from every
-// CTA, so the activation kernel's CTAs take the SM room GEMM1 leaves
-// (one of 128 threads beside a 128-token CTA) and run the finished tiles'
-// activation while GEMM1 runs the next: GEMM1 waits for nothing of
-// theirs, so they cannot hold it up. The same units, values and stores as
-// the plain grid.
-template <int NT>
-__device__ __forceinline__ void f4_gemm1_persist(const F4Gemm1Args& a) {
-#if defined(WG_ENABLED)
-    auto& s = f4_smem<NT, 0>();
-    u32(&no_amax)[8][NT] = *reinterpret_cast<u32(*)[8][NT]>(s.b); // not read: UG leaves the epilogue out
-    pdl_wait();
-    pdl_trigger();
-    const u32 cols = (u32)a.n / 64;
-    for (u32 u = blockIdx.x;; u += gridDim.x) {
-        // The last unit's readers of the tile, the token rows and the
-        // stages (the other warpgroup's last wgmmas) are done.
-        __syncthreads();
-        const int x = (int)(u % cols), y = (int)(u / cols);
-        Tile tl;
-        if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, a.perm, a.top_k, s.src, &tl, y)) return; // tiles rise with u
-        f4_gemm1_unit<NT, 0, false, true>(a, tl, x, y, no_amax);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float acc[NT / 2];
+    u64 group = (u64)tl.expert * (a.n / 32) + blockIdx.x * 2 + (threadIdx.x >> 7); // this warpgroup's 64 rows
+    f4_tile_mma<NT, SYNC, FIT>(acc, s, a.xbf, a.k, a.w, a.ws, group, InputWait{nullptr, 0, 0}, tl.count); // waited above
+    if (a.ug != nullptr) { // the activation and requantization in kmoe_act_requant
+        store_up_gate<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), tl.count, lane & 3, a.ug, tl.row0, a.n,
+                              blockIdx.x * 64 + warp * 8 + (lane >> 2));
+        if (a.ready != nullptr) tile_signal(a.ready + blockIdx.y); // kmoe_act_requant by tile waits for it
+        return;
     }
+    const float* p = a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE;
+    act_requant_store<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), (tl.count + 7) / 8, tl.count, s_amax, warp,
+                              (warp >> 2) * 4, p, a.kind, a.chain, a.recipe, lane >> 2, lane & 3, nullptr, nullptr,
+                              nullptr, tl.row0, a.n, blockIdx.x * 64 + warp * 8, false, a.aqbf,
+                              fc1_bias_row(a.b1, tl.expert, a.nb1), a.nb1);
+    if (a.ready != nullptr) tile_signal(a.ready + blockIdx.y);
 #endif
 }
 
@@ -132,10 +92,6 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm1_act_t64(const F4Gemm1Args a) { f4_gemm1_act<64, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm1_act_t128(const F4Gemm1Args a) { f4_gemm1_act<128, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm1_act_t256(const F4Gemm1Args a) { f4_gemm1_act<256, 0>(a); }
-// At most KMOE_F4_PERSIST_REGS registers a thread (NVRTC takes no
-// __launch_bounds__ beside __maxnreg__), so that one activation
-// CTA (actPersistThreads of kmoe_act_requant) fits beside it on the SM.
-extern "C" __global__ void __maxnreg__(KMOE_F4_PERSIST_REGS) kmoe_f4_gemm1_persist_t128(const F4Gemm1Args a) { f4_gemm1_persist<128>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 4) kmoe_f4_gemm2_t8(const F4Gemm2Args a) { f4_gemm2<8, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t16(const F4Gemm2Args a) { f4_gemm2<16, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t32(const F4Gemm2Args a) { f4_gemm2<32, 0>(a); }
@@ -184,18 +140,21 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_DEEP2_BLOCKS
 // parameters or bias are needed. On the bf16 chain the activation is
 // stored as BF16 with no requantization.
 template <int KIND>
-__device__ __forceinline__ void act_requant_blocks4v(const ActRequantArgs& a, u32 b0, u32 total, int e_row, float4 v0,
-                                                     float4 v1) {
+__device__ __forceinline__ void act_requant_blocks4(const ActRequantArgs& a, u32 b0, u32 total, int e_row) {
     const u32 nb = (u32)a.n / 32;
     const int lane = threadIdx.x & 31, j = lane & 7;
     constexpr bool PLAIN = KIND >= 0; // no bias (kmoe_act_requant picks it only then), any chain
     const bool chain_fi = a.chain == KMOE_CHAIN_FLASHINFER, bias = !PLAIN && a.b1 != nullptr;
     const int rcp = chain_fi ? KMOE_RECIPE_RCEIL : a.recipe;
+    const float4* ug = (const float4*)a.ug; // block b's feature 4j + i: {up, gate} at float2 32 b + 4j + i
     const u32 b = b0 + (lane >> 3);
     const bool live = b < total; // a dead lane's zeros stay in its own block's shuffles
+    float4 v0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v1 = v0;
     int e = e_row < 0 ? 0 : e_row;
     Bias1 bi[4] = {};
     if (live) {
+        v0 = ug[(u64)b * 16 + 2 * j];
+        v1 = ug[(u64)b * 16 + 2 * j + 1];
         // The row's expert, for its parameters where they differ by expert and its bias.
         if (e_row < 0 && (a.n_params != 1 || bias)) e = expert_of(a.offset, a.e_local, (int)(b / nb));
         if (bias) {
@@ -214,26 +173,6 @@ __device__ __forceinline__ void act_requant_blocks4v(const ActRequantArgs& a, u3
     else
         h = mxfp8_bf16_lanes8(act, rcp, lane);
     if (live) *(uint2*)&a.aqbf[((u64)b * 32 + 4 * j) * 2] = h;
-}
-
-// act_load4: this lane's up and gate of blocks b0 .. b0 + 3 (zeros past
-// total), which act_requant_blocks4v takes.
-__device__ __forceinline__ void act_load4(const ActRequantArgs& a, u32 b0, u32 total, float4& v0, float4& v1) {
-    const int lane = threadIdx.x & 31, j = lane & 7;
-    const float4* ug = (const float4*)a.ug; // block b's feature 4j + i: {up, gate} at float2 32 b + 4j + i
-    const u32 b = b0 + (lane >> 3);
-    v0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), v1 = v0;
-    if (b < total) {
-        v0 = ug[(u64)b * 16 + 2 * j];
-        v1 = ug[(u64)b * 16 + 2 * j + 1];
-    }
-}
-
-template <int KIND>
-__device__ __forceinline__ void act_requant_blocks4(const ActRequantArgs& a, u32 b0, u32 total, int e_row) {
-    float4 v0, v1;
-    act_load4(a, b0, total, v0, v1);
-    act_requant_blocks4v<KIND>(a, b0, total, e_row, v0, v1);
 }
 
 // Over the grid: warp w's blocks 4 (w + i nwarps) of the routed rows.
@@ -261,18 +200,8 @@ __device__ __forceinline__ void act_requant_tile(const ActRequantArgs& a) {
     tile_wait(a.ready + blockIdx.y, a.ready_target);
     if ((int)blockIdx.x < tl.count) {
         const u32 nb = (u32)a.n / 32, row = (u32)(tl.row0 + (int)blockIdx.x), end = (row + 1) * nb;
-        const u32 step = 4 * (blockDim.x >> 5);
-        // The next blocks' loads are issued before this one's chains: a
-        // CTA beside the persistent GEMM1 is one of a few warps an SM,
-        // with no other warps to hide an L2 round trip.
-        float4 v0, v1;
-        act_load4(a, row * nb + 4 * (threadIdx.x >> 5), end, v0, v1);
-        for (u32 b0 = row * nb + 4 * (threadIdx.x >> 5); b0 < end; b0 += step) {
-            float4 n0, n1;
-            act_load4(a, b0 + step, end, n0, n1);
-            act_requant_blocks4v<KIND>(a, b0, end, tl.expert, v0, v1);
-            v0 = n0, v1 = n1;
-        }
+        for (u32 b0 = row * nb + 4 * (threadIdx.x >> 5); b0 < end; b0 += 4 * (blockDim.x >> 5))
+            act_requant_blocks4<KIND>(a, b0, end, tl.expert);
     }
     tile_signal(a.done + blockIdx.y);
 }

@@ -47,16 +47,15 @@ __device__ __forceinline__ bool warp_find_tile(const int* offset, const int* til
     return true;
 }
 
-// block_find_tile finds tile j once, in warp 0 (warp_find_tile), and
-// gives it to every thread; false past the last tile. A CTA that calls it
-// again (a persistent GEMM) passes a barrier first, since its answer is
-// in shared memory.
-__device__ __forceinline__ bool block_find_tile(const int* offset, const int* tile_base, int elocal, int tt, int j, Tile* out) {
+// block_find_tile finds this CTA's tile (blockIdx.y) once, in warp 0
+// (warp_find_tile), and gives it to every thread; false for a CTA past the
+// last tile.
+__device__ __forceinline__ bool block_find_tile(const int* offset, const int* tile_base, int elocal, int tt, Tile* out) {
     __shared__ Tile s_tile;
     __shared__ int s_ok;
     if (threadIdx.x < 32) {
         Tile t;
-        const bool ok = warp_find_tile(offset, tile_base, elocal, tt, j, &t);
+        const bool ok = warp_find_tile(offset, tile_base, elocal, tt, blockIdx.y, &t);
         if (threadIdx.x == 0) {
             s_ok = ok;
             s_tile = t;
@@ -67,11 +66,6 @@ __device__ __forceinline__ bool block_find_tile(const int* offset, const int* ti
     return s_ok;
 }
 
-// This CTA's tile: blockIdx.y.
-__device__ __forceinline__ bool block_find_tile(const int* offset, const int* tile_base, int elocal, int tt, Tile* out) {
-    return block_find_tile(offset, tile_base, elocal, tt, (int)blockIdx.y, out);
-}
-
 // block_tile is block_find_tile that, for a tile, also writes src[i], the
 // operand row of the tile's token i (-1 past its count): the token of slot
 // row row0 + i (perm[row] / topk) where perm is given, as GEMM1 reads x,
@@ -79,21 +73,15 @@ __device__ __forceinline__ bool block_find_tile(const int* offset, const int* ti
 // sees src once it returns.
 template <int TT>
 __device__ __forceinline__ bool block_tile(const int* offset, const int* tile_base, int elocal, const int* perm,
-                                           int topk, int* src, Tile* out, int j) {
+                                           int topk, int* src, Tile* out) {
     static_assert(TT <= KMOE_THREADS, "a thread per token row");
-    if (!block_find_tile(offset, tile_base, elocal, TT, j, out)) return false;
+    if (!block_find_tile(offset, tile_base, elocal, TT, out)) return false;
     if (threadIdx.x < TT) {
         int i = threadIdx.x, row = out->row0 + i;
         src[i] = i < out->count ? (perm ? perm[row] / topk : row) : -1;
     }
     __syncthreads();
     return true;
-}
-
-template <int TT>
-__device__ __forceinline__ bool block_tile(const int* offset, const int* tile_base, int elocal, const int* perm,
-                                           int topk, int* src, Tile* out) {
-    return block_tile<TT>(offset, tile_base, elocal, perm, topk, src, out, (int)blockIdx.y);
 }
 
 // Stage k-chunk c of the tile's tokens: codes [TT][KC] and scales [TT][4].
