@@ -15,12 +15,30 @@ __device__ __forceinline__ float pmax(float a, float b) { return a != a ? a : fm
 // a normal float, the product by that reciprocal, which is the same
 // correctly rounded value (quotient and product are one real number), in
 // one instruction instead of the division's sequence; else the division.
-// Kimi-K3's SiTU divides the gate by its beta, 4.
-__device__ __forceinline__ float div_param(float x, float b) {
+// Kimi-K3's SiTU divides the gate by its beta, 4. DivBy is that choice
+// for one b, made once where many x share it.
+struct DivBy {
+    float b, r; // the divisor; its reciprocal where pw
+    bool pw;
+};
+__device__ __forceinline__ DivBy div_by(float b) {
     u32 bb = __float_as_uint(b), e = (bb >> 23) & 0xFFu;
-    if ((bb & 0x7FFFFFu) == 0u && e - 1u < 253u)
-        return __fmul_rn(x, __uint_as_float((bb & 0x80000000u) | ((254u - e) << 23)));
-    return __fdiv_rn(x, b);
+    bool pw = (bb & 0x7FFFFFu) == 0u && e - 1u < 253u;
+    return DivBy{b, __uint_as_float((bb & 0x80000000u) | ((254u - e) << 23)), pw};
+}
+__device__ __forceinline__ float div_with(float x, const DivBy& d) { return d.pw ? __fmul_rn(x, d.r) : __fdiv_rn(x, d.b); }
+__device__ __forceinline__ float div_param(float x, float b) { return div_with(x, div_by(b)); }
+
+// SiTU's two parameters with their divisions chosen (div_by), for a
+// loop over one expert's elements (kmoe_act_requant).
+struct SituK {
+    DivBy b, lb;
+};
+__device__ __forceinline__ SituK situ_k(const float* p) {
+    return SituK{div_by(p[KMOE_PARAM_SITU_BETA]), div_by(p[KMOE_PARAM_SITU_LINEAR_BETA])};
+}
+__device__ __forceinline__ float situ(const SituK& k, float g, float u) {
+    return k.b.b * tanhf(div_with(g, k.b)) * sigmoidf_(g) * (k.lb.b * tanhf(div_with(u, k.lb)));
 }
 
 
@@ -39,10 +57,7 @@ __device__ float gated_act(int kind, const float* p, float g, float u) {
         return pmin(g * sigmoidf_(g), lim) * pmin(pmax(u, -lim), lim);
     }
     case KMOE_ACT_GEGLU_TANH: return g * sigmoidf_(2.0f * 0.797884560802865355f * (g + 0.044715f * g * g * g)) * u;
-    case KMOE_ACT_SITU: {
-        float b = p[KMOE_PARAM_SITU_BETA], lb = p[KMOE_PARAM_SITU_LINEAR_BETA];
-        return b * tanhf(div_param(g, b)) * sigmoidf_(g) * (lb * tanhf(div_param(u, lb)));
-    }
+    case KMOE_ACT_SITU: return situ(situ_k(p), g, u);
     }
     return __uint_as_float(0x7FC00000u);
 }

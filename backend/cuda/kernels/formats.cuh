@@ -91,16 +91,22 @@ __device__ __forceinline__ uint2 mxfp8_bf16x4(u32 c0, u32 c1, u32 c2, u32 c3, fl
 // float32: past 448 (or NaN, whose code is +448) to 448, below 2^-6 by the
 // sum with 2^14 (whose ulp is E4M3's step there, 2^-9), else to three
 // mantissa bits, round to nearest even; then multiplied back by 2^X.
-__device__ __forceinline__ u32 mxfp8_value_bf16(float v, u32 sc) {
-    if (sc == 0xFFu) return 0x7FC0u; // a floor block with a non-finite element: NaN codes
-    const float scaled = __fmul_rn(v, e8m0_inverse(sc));
+// mxfp8_value_bf16_of is its arithmetic for a scale other than 0xFF given
+// as its inverse inv (e8m0_inverse) and its value sf (e8m0_to_float), so
+// a lane's elements of one block find them once.
+__device__ __forceinline__ u32 mxfp8_value_bf16_of(float v, float inv, float sf) {
+    const float scaled = __fmul_rn(v, inv);
     const u32 su = __float_as_uint(scaled), sa = su & 0x7FFFFFFFu;
     const float sub = __fsub_rn(__fadd_rn(__uint_as_float(sa), 16384.0f), 16384.0f);
     const float nrm = __uint_as_float((sa + 0x7FFFFu + ((sa >> 20) & 1u)) & 0xFFF00000u);
     float r = sa < 0x3C800000u ? sub : nrm;
     r = sa >= 0x43E00000u ? 448.0f : r;
     const u32 sign = sa > 0x7F800000u ? 0u : su & 0x80000000u;
-    return __float_as_uint(__fmul_rn(__uint_as_float(__float_as_uint(r) | sign), e8m0_to_float(sc))) >> 16;
+    return __float_as_uint(__fmul_rn(__uint_as_float(__float_as_uint(r) | sign), sf)) >> 16;
+}
+__device__ __forceinline__ u32 mxfp8_value_bf16(float v, u32 sc) {
+    if (sc == 0xFFu) return 0x7FC0u; // a floor block with a non-finite element: NaN codes
+    return mxfp8_value_bf16_of(v, e8m0_inverse(sc), e8m0_to_float(sc));
 }
 
 // Quantize one 32-block held one element per lane of a warp: returns this

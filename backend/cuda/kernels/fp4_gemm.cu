@@ -138,9 +138,10 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_DEEP2_BLOCKS
 // Blocks b0 .. b0 + 3 (below total), a warp: lane l the block b0 + l / 8.
 // The rows' expert is e_row, or (e_row < 0) found from the row where its
 // parameters or bias are needed. On the bf16 chain the activation is
-// stored as BF16 with no requantization.
-template <int KIND>
-__device__ __forceinline__ void act_requant_blocks4(const ActRequantArgs& a, u32 b0, u32 total, int e_row) {
+// stored as BF16 with no requantization. SK (SiTU): sk holds the rows'
+// parameters, chosen once by the caller (situ_k).
+template <int KIND, bool SK = false>
+__device__ __forceinline__ void act_requant_blocks4(const ActRequantArgs& a, u32 b0, u32 total, int e_row, SituK sk = SituK{}) {
     const u32 nb = (u32)a.n / 32;
     const int lane = threadIdx.x & 31, j = lane & 7;
     constexpr bool PLAIN = KIND >= 0; // no bias (kmoe_act_requant picks it only then), any chain
@@ -163,10 +164,10 @@ __device__ __forceinline__ void act_requant_blocks4(const ActRequantArgs& a, u32
         }
     }
     const float* p = a.params + (a.n_params == 1 ? 0 : e) * KMOE_PARAM_STRIDE;
-    const float act[4] = {chain_act<KIND>(a.kind, p, v0.y, v0.x, a.chain, bias, bi[0]),
-                          chain_act<KIND>(a.kind, p, v0.w, v0.z, a.chain, bias, bi[1]),
-                          chain_act<KIND>(a.kind, p, v1.y, v1.x, a.chain, bias, bi[2]),
-                          chain_act<KIND>(a.kind, p, v1.w, v1.z, a.chain, bias, bi[3])};
+    const float act[4] = {chain_act<KIND, false, SK>(a.kind, p, v0.y, v0.x, a.chain, bias, bi[0], sk),
+                          chain_act<KIND, false, SK>(a.kind, p, v0.w, v0.z, a.chain, bias, bi[1], sk),
+                          chain_act<KIND, false, SK>(a.kind, p, v1.y, v1.x, a.chain, bias, bi[2], sk),
+                          chain_act<KIND, false, SK>(a.kind, p, v1.w, v1.z, a.chain, bias, bi[3], sk)};
     uint2 h;
     if (a.chain == KMOE_CHAIN_BF16) // stored as BF16, no requantization
         h = make_uint2(bf16_rne_bits(act[0]) | bf16_rne_bits(act[1]) << 16, bf16_rne_bits(act[2]) | bf16_rne_bits(act[3]) << 16);
@@ -177,11 +178,20 @@ __device__ __forceinline__ void act_requant_blocks4(const ActRequantArgs& a, u32
 
 // Over the grid: warp w's blocks 4 (w + i nwarps) of the routed rows.
 // rows: offset[e_local] of the routing.
+// SiTU with one set of parameters (Kimi-K3's): their divisions are
+// chosen once a thread, not once an element (situ_k).
 template <int KIND>
 __device__ __forceinline__ void act_requant_rows(const ActRequantArgs& a, int rows) {
     const u32 total = (u32)rows * ((u32)a.n / 32), nwarps = gridDim.x * (blockDim.x >> 5);
-    for (u32 b0 = 4 * (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)); b0 < total; b0 += 4 * nwarps)
-        act_requant_blocks4<KIND>(a, b0, total, -1);
+    const u32 first = 4 * (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5));
+    if constexpr (KIND == KMOE_ACT_SITU) {
+        if (a.n_params == 1) {
+            const SituK sk = situ_k(a.params);
+            for (u32 b0 = first; b0 < total; b0 += 4 * nwarps) act_requant_blocks4<KIND, true>(a, b0, total, -1, sk);
+            return;
+        }
+    }
+    for (u32 b0 = first; b0 < total; b0 += 4 * nwarps) act_requant_blocks4<KIND>(a, b0, total, -1);
 }
 
 // By tile (a.done set; grid (TT, tiles)): CTA (r, t) takes row r of the
@@ -200,8 +210,13 @@ __device__ __forceinline__ void act_requant_tile(const ActRequantArgs& a) {
     tile_wait(a.ready + blockIdx.y, a.ready_target);
     if ((int)blockIdx.x < tl.count) {
         const u32 nb = (u32)a.n / 32, row = (u32)(tl.row0 + (int)blockIdx.x), end = (row + 1) * nb;
-        for (u32 b0 = row * nb + 4 * (threadIdx.x >> 5); b0 < end; b0 += 4 * (blockDim.x >> 5))
-            act_requant_blocks4<KIND>(a, b0, end, tl.expert);
+        const u32 first = row * nb + 4 * (threadIdx.x >> 5), step = 4 * (blockDim.x >> 5);
+        if constexpr (KIND == KMOE_ACT_SITU) { // the tile's one expert
+            const SituK sk = situ_k(a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE);
+            for (u32 b0 = first; b0 < end; b0 += step) act_requant_blocks4<KIND, true>(a, b0, end, tl.expert, sk);
+        } else {
+            for (u32 b0 = first; b0 < end; b0 += step) act_requant_blocks4<KIND>(a, b0, end, tl.expert);
+        }
     }
     tile_signal(a.done + blockIdx.y);
 }

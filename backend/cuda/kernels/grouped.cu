@@ -202,8 +202,12 @@ __device__ __forceinline__ void gemm_k_loop(float (&acc)[TT / 8][4], GemmSmem<TT
 // the low half of word i.
 __device__ __forceinline__ uint2 mxfp8_bf16_lanes8(const float (&v)[4], int recipe, int lane) {
     const u32 sc = block_scale_lanes8(v, recipe, lane);
-    return make_uint2(mxfp8_value_bf16(v[0], sc) | mxfp8_value_bf16(v[1], sc) << 16,
-                      mxfp8_value_bf16(v[2], sc) | mxfp8_value_bf16(v[3], sc) << 16);
+    if (sc == 0xFFu) return make_uint2(0x7FC07FC0u, 0x7FC07FC0u); // mxfp8_value_bf16's NaN codes
+    // The scale's two forms once for the four elements: per element they
+    // were found again inside each element's branch.
+    const float inv = e8m0_inverse(sc), sf = e8m0_to_float(sc);
+    return make_uint2(mxfp8_value_bf16_of(v[0], inv, sf) | mxfp8_value_bf16_of(v[1], inv, sf) << 16,
+                      mxfp8_value_bf16_of(v[2], inv, sf) | mxfp8_value_bf16_of(v[3], inv, sf) << 16);
 }
 
 // gated_act, called rather than inlined: the wgmma GEMM1 evaluates it at
@@ -240,9 +244,12 @@ __device__ __forceinline__ const float* fc1_bias_row(const float* b1, int e, int
 // left as it is). KIND: the kind fixed at compile time, or -1 for kind;
 // CALL: through gated_act_call (kind). Every GEMM1 epilogue and
 // kmoe_act_requant.
-template <int KIND, bool CALL = false>
+// SK (KIND SiTU only): SiTU's parameters as sk has them, chosen once by
+// the caller.
+template <int KIND, bool CALL = false, bool SK = false>
 __device__ __forceinline__ float chain_act(int kind, const float* p, float gate, float up, int chain, bool bias = false,
-                                           Bias1 bi = Bias1{0.0f, 0.0f}) {
+                                           Bias1 bi = Bias1{0.0f, 0.0f}, SituK sk = SituK{}) {
+    static_assert(!SK || KIND == KMOE_ACT_SITU && !CALL, "SiTU's parameters");
     const bool chain_fi = chain == KMOE_CHAIN_FLASHINFER;
     if (chain_fi) {
         up = round_bf16(up);
@@ -259,6 +266,7 @@ __device__ __forceinline__ float chain_act(int kind, const float* p, float gate,
     }
     float act;
     if constexpr (CALL) act = gated_act_call(kind, p, gate, up);
+    else if constexpr (SK) act = situ(sk, gate, up);
     else act = gated_act(KIND >= 0 ? KIND : kind, p, gate, up);
     if (chain_fi) act = round_bf16(act);
     return act;
