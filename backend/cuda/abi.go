@@ -417,6 +417,19 @@ const (
 	abiF4RowsGemm2 = 128      // output rows per GEMM2 CTA (two warpgroups of 64)
 )
 
+// GEMM1 in three warpgroups (kmoe_f4_gemm1_w3_t128, Plan.W3): the
+// 128-token tile's CTA of 384 threads, 96 intermediate features, so each
+// scheduler has three warps where the two-warpgroup CTA has two to hide
+// the widening's latencies, and each staged token step serves 192 weight
+// rows instead of 128. 65,536 / 384 threads leave 168 registers a thread,
+// so each holds f4W3Ahead steps of weights in flight, not f4Ahead[128]'s.
+const (
+	f4W3Tile     = 128
+	f4W3Threads  = 384
+	f4W3Features = 96 // intermediate features per CTA: three warpgroups of 32
+	f4W3Ahead    = 2
+)
+
 // f4Tiles are the instances' tokens per tile (the wgmma's N).
 var f4Tiles = []int{8, 16, 32, 48, 64, 128, 256}
 
@@ -652,6 +665,7 @@ var (
 	kGatherRows   = spec[gatherRowsArgs]("kmoe_gather_rows")
 	kAddRows      = spec[addRowsArgs]("kmoe_add_rows")
 	kF4Gemm1      = instances[f4Gemm1Args]("kmoe_f4_gemm1_act_t", f4Tiles)
+	kF4W3Gemm1    = spec[f4Gemm1Args]("kmoe_f4_gemm1_w3_t128")
 	kF4Gemm2      = instances[f4Gemm2Args]("kmoe_f4_gemm2_t", f4Tiles)
 	kF4FitGemm1   = instances[f4Gemm1Args]("kmoe_f4_gemm1_act_fit_t", f4FitTiles)
 	kF4FitGemm2   = instances[f4Gemm2Args]("kmoe_f4_gemm2_fit_t", f4FitTiles)
@@ -683,7 +697,7 @@ var decodeSubtiles = []int{1, 2, 4}
 
 var kernelSpecs = func() []kernelSpec {
 	all := []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize,
-		kDecPrologue, kXBF16, kRouteXBF16, kRouteXMany, kGatherRows, kAddRows, kF4SGemm2Deep, kActRequant}
+		kDecPrologue, kXBF16, kRouteXBF16, kRouteXMany, kGatherRows, kAddRows, kF4SGemm2Deep, kActRequant, kF4W3Gemm1}
 	for _, m := range []map[int]kernelSpec{kDecGemm1, kDecGemm2, kWGGemm1, kWGGemm2, kF4Gemm1, kF4Gemm2, kF4FitGemm1, kF4FitGemm2, kF4SGemm1, kF4SGemm2} {
 		for _, k := range m {
 			all = append(all, k)

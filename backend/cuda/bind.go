@@ -100,6 +100,7 @@ type kernels struct {
 	f4sGemm2     map[int]kernel[f4Gemm2Args]
 	f4sGemm2Deep kernel[f4Gemm2Args]    // its GEMM2 at 8 tokens for small grids (f4sDeep2)
 	actRequant   kernel[actRequantArgs] // GEMM1's epilogue on its own (Plan.ActKernel)
+	f4W3Gemm1    kernel[f4Gemm1Args]    // GEMM1 in three warpgroups (Plan.W3)
 }
 
 func loadKernels(m cu.Module) (*kernels, error) {
@@ -157,6 +158,8 @@ func loadKernels(m cu.Module) (*kernels, error) {
 	k.f4sGemm2Deep, err = bindSmem[f4Gemm2Args](m, kF4SGemm2Deep, f4sSmem(8))
 	add(err)
 	k.actRequant, err = bind[actRequantArgs](m, kActRequant)
+	add(err)
+	k.f4W3Gemm1, err = bindSmem[f4Gemm1Args](m, kF4W3Gemm1, f4Smem(f4W3Tile))
 	add(err)
 	return k, errors.Join(errs...)
 }

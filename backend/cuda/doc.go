@@ -90,7 +90,10 @@
 // 128-byte swizzled form. BF16 products are exact in float32, so the
 // tensor cores sum whole rows in float32 with no per-block scaling. Two
 // warpgroups a CTA (GEMM1's up and gate rows of 32 features, so the
-// activation and MXFP8 requantization are fused in registers). The
+// activation and MXFP8 requantization are fused in registers); on the
+// 128-token tile, where the activation runs as a kernel of its own,
+// GEMM1 takes three (Plan.W3: 96 features a CTA, a third more warps to
+// hide the widening's latencies, the same bits). The
 // token tile grows with the tokens an expert gets (f4TileTokens at
 // f4EquivM: M for an expert-parallel layer, scaled by top-k over the
 // experts for a one-rank layer such as GPT-OSS's); the tiles of 32 to 64

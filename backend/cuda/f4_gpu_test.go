@@ -10,6 +10,7 @@ import (
 
 	"kimimoe/activation"
 	"kimimoe/backend"
+	"kimimoe/backend/cuda/internal/cu"
 	"kimimoe/moe"
 	"kimimoe/mxfp"
 	"kimimoe/validation"
@@ -409,5 +410,40 @@ func TestF4Padded(t *testing.T) {
 			}
 			l.Close()
 		}
+	}
+}
+
+// TestF4W3: GEMM1 in three warpgroups (Plan.W3, 96 features a CTA) gives
+// the bits of the two-warpgroup grid, at the fewest tokens of the
+// 128-token tile and at M=1500 (part-filled last tiles): each warpgroup
+// runs the same k loop on the same 64 weight rows, so a warpgroup given
+// another's rows, a token piece staged by the wrong one of the 384
+// threads or a stage refilled while a warpgroup still reads it would
+// show as other bits. Both agree with the oracle; the forward launches
+// the kernel at all; and ptxas kept it out of local memory (a spill would
+// cost more than the third warpgroup gains).
+func TestF4W3(t *testing.T) {
+	b, l, s, w, o := kimiF4Layer(t)
+	set := func(off bool) {
+		t.Helper()
+		setLayer(t, l, func(u *Tuning) { u.NoW3 = off })
+	}
+	for _, m := range []int{f4T128MinM, 1500} {
+		in := kimiInput(t, s, w, m, uint64(9700+m))
+		var outs [2][]float32
+		for i, off := range []bool{false, true} {
+			set(off)
+			if p := l.PlanFor(m, s.TopK); p.W3 == off || p.Tile != 128 || !p.ActKernel {
+				t.Fatalf("M=%d, three warpgroups off %v: plan %s", m, off, p)
+			}
+			outs[i] = forwardOut(t, l, in, m)
+		}
+		requireSameBits(t, m, "in three warpgroups", outs[0], "in two", outs[1])
+		comparePaths(t, o, in, w.K, [2]string{"GEMM1 in three warpgroups", "in two"}, outs)
+	}
+	set(false)
+	requireLaunched(t, l, kimiInput(t, s, w, f4T128MinM, 9701), f4T128MinM, &b.k.f4W3Gemm1, "GEMM1 in three warpgroups")
+	if n, err := cu.FuncLocalBytes(b.k.f4W3Gemm1.fn); err != nil || n != 0 {
+		t.Errorf("kmoe_f4_gemm1_w3_t128: %d bytes of local memory a thread (%v)", n, err)
 	}
 }

@@ -12,8 +12,11 @@ func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 	w, b, s := l.w, l.b, l.b.stream
 	recipe, tt, entries := recipeCode(l.spec.Recipe), p.Tile, ws.m*ws.topk
 	ready, actDone, _ := ws.readyCounts(p)
-	kp, np := l.f4.k, l.f4.n                 // the padded shape (f4Dims)
-	gemm1CTAs := np / abiF4RowsGemm1         // GEMM1's CTAs a tile: what a wait on its counts waits for
+	kp, np := l.f4.k, l.f4.n         // the padded shape (f4Dims)
+	gemm1CTAs := np / abiF4RowsGemm1 // GEMM1's CTAs a tile: what a wait on its counts waits for
+	if p.W3 {
+		gemm1CTAs = np / f4W3Features
+	}
 	ready2, readyTarget2 := ready, gemm1CTAs // what GEMM2 waits for
 	if p.ActByTile {
 		ready2, readyTarget2 = actDone, tt // a CTA a row of the tile
@@ -35,7 +38,11 @@ func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 	}
 	gemm1 = []step{{"gemm1_act", func() error {
 		g1, _, smem := kernels()
-		return g1.launchMaybePDL(p.PDL, [3]int{gemm1CTAs, p.Tiles, 1}, abiThreads, smem, s,
+		threads := abiThreads
+		if p.W3 {
+			g1, threads = b.k.f4W3Gemm1, f4W3Threads
+		}
+		return g1.launchMaybePDL(p.PDL, [3]int{gemm1CTAs, p.Tiles, 1}, threads, smem, s,
 			&f4Gemm1Args{XBF: ws.xbf, W: l.f4.w31, WS: l.f4.w31s, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
 				Params: l.params, B1: l.b1, AQBF: ws.aqbf, Ready: ready, UG: ws.ug, K: i32(kp), N: i32(np), TopK: i32(ws.topk), ELocal: i32(w.E), NB1: i32(w.N),
 				Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})

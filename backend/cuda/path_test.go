@@ -101,7 +101,8 @@ func TestPlanIsWhatRuns(t *testing.T) {
 				if p.Path != PathDecode && (p.Tile == 0 || p.Tiles < (m*s.topk+p.Tile-1)/p.Tile) {
 					t.Errorf("%s: tile %d, %d tile rows for %d entries", p, p.Tile, p.Tiles, m*s.topk)
 				}
-				if p.ActByTile && (!p.ActKernel || !p.TileReady) || p.Deep2 && p.Loop != LoopSync {
+				if p.ActByTile && (!p.ActKernel || !p.TileReady) || p.Deep2 && p.Loop != LoopSync ||
+					p.W3 && (!p.ActKernel || p.Loop != LoopWGMMA || p.Tile != f4W3Tile) {
 					t.Errorf("%s: inconsistent switches", p)
 				}
 			}
@@ -227,6 +228,38 @@ func TestF4ActKernelRange(t *testing.T) {
 	}
 	if choosePlan(kimiShape(128, Tuning{FP4ActMinM: 1, FP4ActMaxM: -1})).ActKernel {
 		t.Error("fp4-act-max-m=-1 left M=128 on the activation kernel")
+	}
+}
+
+// GEMM1 runs in three warpgroups exactly where the 128-token tile's plain
+// loop stores up and gate for the activation kernel and N is a whole
+// number of its 96-feature CTAs; each switch off takes it away, and
+// GPT-OSS-120B's padded N (2944) is not such a number.
+func TestF4W3Range(t *testing.T) {
+	for m, want := range map[int]bool{512: false, f4T128MinM - 1: false, f4T128MinM: true, 2048: true, 8192: true, 8193: false} {
+		if p := choosePlan(kimiShape(m, Tuning{})); p.W3 != want || p.W3 && (p.Tile != 128 || !p.ActKernel) {
+			t.Errorf("M=%d: %s; want three warpgroups %v", m, p, want)
+		}
+	}
+	for _, tu := range []Tuning{{NoW3: true}, {FP4Tile: 256}, {FP4Tile: 64}, {FP4ActMaxM: -1}} {
+		if p := choosePlan(kimiShape(2048, tu)); p.W3 {
+			t.Errorf("%+v: %s", tu, p)
+		}
+	}
+	// Forced (scripts/gpu-check.sh validates the matrix so), it reaches
+	// the small M whose activation kernel runs by tile.
+	if p := choosePlan(kimiShape(8, Tuning{FP4Tile: 128, FP4ActMinM: 1})); !p.W3 || !p.ActByTile {
+		t.Errorf("M=8, fp4-tile=128, fp4-act-min-m=1: %s", p)
+	}
+	odd := kimiShape(2048, Tuning{})
+	odd.n = 2816 // 22 x 128 (padded as it is): 44 CTAs of 64 features, not a whole number of 96
+	if p := choosePlan(odd); p.W3 || p.Tile != 128 {
+		t.Errorf("N=2816: %s", p)
+	}
+	oss := kimiShape(8192, Tuning{})
+	oss.k, oss.n, oss.e, oss.topk, oss.allLocal = 2944, 2880, 128, 4, true
+	if p := choosePlan(oss); p.W3 || p.Tile != 128 {
+		t.Errorf("GPT-OSS-120B M=8192: %s", p)
 	}
 }
 

@@ -214,6 +214,9 @@ func choosePlan(s planShape) Plan {
 		if p.ActKernel && !p.ActByTile {
 			p.TileReady = false // GEMM2 waits for all of the activation kernel
 		}
+		// GEMM1 in three warpgroups: the 128-token tile's plain loop, its
+		// up and gate for the activation kernel, N a whole number of its CTAs.
+		p.W3 = p.ActKernel && p.Loop == LoopWGMMA && p.Tile == f4W3Tile && padTo(s.n)%f4W3Features == 0 && !t.NoW3
 	}
 	p.Tiles = maxTiles(entries, s.e, p.Tile)
 	bf16 := p.Path.bf16Operands()

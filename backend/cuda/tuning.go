@@ -30,6 +30,7 @@ type Tuning struct {
 	NoFP4Sync     bool // the small tiles on the wgmma loop, not the barrier-free mma.sync loop
 	NoPDL         bool // no programmatic dependent launch on the wgmma-fp4 path
 	NoTileReady   bool // GEMM2 waits for all of GEMM1, not its own tile's CTAs
+	NoW3          bool // GEMM1 in two warpgroups where the policy picks three
 	Flush         Flush
 }
 
@@ -74,6 +75,7 @@ var tuningKeys = []tuningKey{
 	{"fp4-sync", "off: the small tiles on the wgmma loop", func(t *Tuning) any { return &t.NoFP4Sync }},
 	{"pdl", "off: no programmatic dependent launch", func(t *Tuning) any { return &t.NoPDL }},
 	{"tile-ready", "off: GEMM2 waits for all of GEMM1", func(t *Tuning) any { return &t.NoTileReady }},
+	{"gemm1-w3", "off: GEMM1 in two warpgroups, not three", func(t *Tuning) any { return &t.NoW3 }},
 	{"flush", "the timing's L2 flush: read, write or none", func(t *Tuning) any { return &t.Flush }},
 }
 

@@ -14,6 +14,21 @@ __device__ __forceinline__ void store_up_gate(const float (&acc)[NS][4], int cou
     }
 }
 
+// GEMM1's k loop for CTA x of TH / 128 warpgroups, warpgroup h the 64
+// rows (32 features' up and gate) of row group x TH / 128 + h of the
+// tile's expert: false where the CTA has no tile.
+#if defined(WG_ENABLED)
+template <int NT, int SYNC, bool FIT, int TH, typename Smem>
+__device__ __forceinline__ bool f4_gemm1_mma(const F4Gemm1Args& a, Smem& s, Tile& tl, float (&acc)[NT / 2]) {
+    pdl_wait(); // the routing and x (the prologue)
+    pdl_trigger();
+    if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, a.perm, a.top_k, s.src, &tl)) return false;
+    u64 group = (u64)tl.expert * (a.n / 32) + blockIdx.x * (TH / 128) + (threadIdx.x >> 7);
+    f4_tile_mma<NT, SYNC, FIT, TH>(acc, s, a.xbf, a.k, a.w, a.ws, group, InputWait{nullptr, 0, 0}, tl.count); // waited above
+    return true;
+}
+#endif
+
 // GEMM1 with the activation and MXFP8 requantization: CTA x takes
 // intermediate features [64x, 64x + 64), warpgroup h the 32 of
 // [64x + 32h, +32) (their up and gate rows: f4Row31), so warp w's
@@ -28,14 +43,10 @@ __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
 #if defined(WG_ENABLED)
     auto& s = f4_smem<NT, SYNC>();
     __shared__ u32 s_amax[8][NT];
-    pdl_wait(); // the routing and x (the prologue)
-    pdl_trigger();
     Tile tl;
-    if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, a.perm, a.top_k, s.src, &tl)) return;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     float acc[NT / 2];
-    u64 group = (u64)tl.expert * (a.n / 32) + blockIdx.x * 2 + (threadIdx.x >> 7); // this warpgroup's 64 rows
-    f4_tile_mma<NT, SYNC, FIT>(acc, s, a.xbf, a.k, a.w, a.ws, group, InputWait{nullptr, 0, 0}, tl.count); // waited above
+    if (!f4_gemm1_mma<NT, SYNC, FIT, KMOE_THREADS>(a, s, tl, acc)) return;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (a.ug != nullptr) { // the activation and requantization in kmoe_act_requant
         store_up_gate<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), tl.count, lane & 3, a.ug, tl.row0, a.n,
                               blockIdx.x * 64 + warp * 8 + (lane >> 2));
@@ -47,6 +58,24 @@ __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
                               (warp >> 2) * 4, p, a.kind, a.chain, a.recipe, lane >> 2, lane & 3, nullptr, nullptr,
                               nullptr, tl.row0, a.n, blockIdx.x * 64 + warp * 8, false, a.aqbf,
                               fc1_bias_row(a.b1, tl.expert, a.nb1), a.nb1);
+    if (a.ready != nullptr) tile_signal(a.ready + blockIdx.y);
+#endif
+}
+
+// GEMM1 in three warpgroups (f4W3* in abi.go): CTA x takes intermediate
+// features [96x, 96x + 96), warpgroup h the 32 of [96x + 32h, +32), each
+// with the two-warpgroup kernel's k loop and register layout (so the same
+// bits), and stores up and gate for kmoe_act_requant. grid.x = N / 96.
+template <int NT>
+__device__ __forceinline__ void f4_gemm1_w3(const F4Gemm1Args& a) {
+#if defined(WG_ENABLED)
+    auto& s = f4_smem<NT, 0>();
+    Tile tl;
+    float acc[NT / 2];
+    if (!f4_gemm1_mma<NT, 0, false, KMOE_F4_W3_THREADS>(a, s, tl, acc)) return;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    store_up_gate<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), tl.count, lane & 3, a.ug, tl.row0, a.n,
+                          blockIdx.x * KMOE_F4_W3_FEATURES + warp * 8 + (lane >> 2));
     if (a.ready != nullptr) tile_signal(a.ready + blockIdx.y);
 #endif
 }
@@ -92,6 +121,8 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm1_act_
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm1_act_t64(const F4Gemm1Args a) { f4_gemm1_act<64, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm1_act_t128(const F4Gemm1Args a) { f4_gemm1_act<128, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm1_act_t256(const F4Gemm1Args a) { f4_gemm1_act<256, 0>(a); }
+static_assert(KMOE_F4_W3_FEATURES * 2 == 64 * (KMOE_F4_W3_THREADS / 128), "a warpgroup's 64 rows: 32 features' up and gate");
+extern "C" __global__ void __launch_bounds__(KMOE_F4_W3_THREADS, 1) kmoe_f4_gemm1_w3_t128(const F4Gemm1Args a) { f4_gemm1_w3<128>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 4) kmoe_f4_gemm2_t8(const F4Gemm2Args a) { f4_gemm2<8, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t16(const F4Gemm2Args a) { f4_gemm2<16, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t32(const F4Gemm2Args a) { f4_gemm2<32, 0>(a); }

@@ -225,16 +225,20 @@ __device__ constexpr int f4_tile_ahead() {
 // acc = this warpgroup's 64 weight rows (row group `group` of the layout:
 // payload w, scales ws) x the tile's tokens (rows, kdim k a row), by the
 // loop SYNC picks (FIT: the wgmma loop at the tile's N): the k loop of
-// both GEMMs.
-template <int NT, int SYNC, bool FIT, typename Smem>
+// both GEMMs. TH: the CTA's threads (the wgmma loop's only: its token
+// staging), W3's three warpgroups with fewer steps in flight (their
+// registers).
+template <int NT, int SYNC, bool FIT, int TH = KMOE_THREADS, typename Smem>
 __device__ __forceinline__ void f4_tile_mma(float (&acc)[NT / 2], Smem& s, const u8* rows, int kdim, const u8* w,
                                             const u8* ws, u64 group, InputWait in, int ntok) {
-    F4Weights<f4_tile_ahead<NT, SYNC, FIT>()> wt;
+    static_assert(TH == KMOE_THREADS || SYNC == 0 && !FIT, "three warpgroups on the plain wgmma loop only");
+    constexpr int AH = TH == KMOE_THREADS ? f4_tile_ahead<NT, SYNC, FIT>() : KMOE_F4_W3_AHEAD;
+    F4Weights<AH> wt;
     wt.begin(w, ws, group, kdim);
 #pragma unroll
     for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
     if constexpr (SYNC != 0) f4s_k_loop<NT, SYNC>(acc, s, rows, kdim, wt, in, ntok);
     else if constexpr (FIT) f4_k_loop_fit<NT, NT>(acc, s, rows, kdim, wt, in, (ntok + 7) / 8);
-    else f4_k_loop<NT, NT, f4_tile_ahead<NT, SYNC, FIT>(), f4_pipe<NT>()>(acc, s, rows, kdim, wt, in);
+    else f4_k_loop<NT, NT, AH, f4_pipe<NT>(), TH>(acc, s, rows, kdim, wt, in);
 }
 #endif

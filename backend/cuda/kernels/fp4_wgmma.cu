@@ -35,17 +35,18 @@ template <int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const u32 (&a)[4], u64 db) { WgmmaRS<N>::mma(d, a, db); }
 
 // The token pieces (16 bytes of a row's 128-k step) this thread stages,
-// found once: piece p = threadIdx.x + 256 i of the NT x 16 of a step.
+// found once: piece p = threadIdx.x + TH i of the NT x 16 of a step, TH
+// the CTA's threads.
 // COMPACT (the 256-token tile, 16 pieces a thread): the pieces' addresses
 // held in 48 registers would leave the 128 accumulators too few, so only
 // piece 0's are kept and the others follow: piece i is row r0 + 16 i at
 // the same byte of it (threadIdx.x fixes half and piece), and sw_off of
 // row r + 16 i is sw_off of r plus 2048 i (r mod 8 unchanged); each
 // stage reads the rows' sources from shared memory.
-template <int NT>
+template <int NT, int TH = KMOE_THREADS>
 struct F4Pieces {
-    static constexpr int P = (NT * 16 + KMOE_THREADS - 1) / KMOE_THREADS;
-    static constexpr bool COMPACT = NT == 256;
+    static constexpr int P = (NT * 16 + TH - 1) / TH;
+    static constexpr bool COMPACT = NT == 256 && TH == KMOE_THREADS;
     static constexpr int Q = COMPACT ? 1 : P;
     const u8* src[Q]; // the piece in step 0 (a zero row's: the first row, not read); COMPACT: the tile's row 0's byte
     u32 dst[Q];       // its shared-memory address in stage 0
@@ -54,10 +55,10 @@ struct F4Pieces {
     int ld;           // COMPACT: bytes a source row
 };
 
-template <int NT>
-__device__ __forceinline__ void f4_pieces(F4Pieces<NT>& pc, F4Smem<NT>& s, const u8* rows, int ld) {
-    if constexpr (F4Pieces<NT>::COMPACT) {
-        static_assert(NT * 16 == KMOE_THREADS * F4Pieces<NT>::P && KMOE_THREADS / 16 == 16, "piece i: row r0 + 16 i");
+template <int NT, int TH>
+__device__ __forceinline__ void f4_pieces(F4Pieces<NT, TH>& pc, F4Smem<NT>& s, const u8* rows, int ld) {
+    if constexpr (F4Pieces<NT, TH>::COMPACT) {
+        static_assert(NT * 16 == KMOE_THREADS * F4Pieces<NT, TH>::P && KMOE_THREADS / 16 == 16, "piece i: row r0 + 16 i");
         int r0 = threadIdx.x >> 4, half = (threadIdx.x >> 3) & 1, piece = threadIdx.x & 7;
         pc.src[0] = rows + half * WG_CHUNK_BYTES + piece * 16;
         pc.dst[0] = smem_addr(&s.b[0][half][sw_off(r0, piece * 16)]);
@@ -66,8 +67,8 @@ __device__ __forceinline__ void f4_pieces(F4Pieces<NT>& pc, F4Smem<NT>& s, const
         return;
     }
 #pragma unroll
-    for (int i = 0; i < F4Pieces<NT>::P; i++) {
-        int p = threadIdx.x + KMOE_THREADS * i;
+    for (int i = 0; i < F4Pieces<NT, TH>::P; i++) {
+        int p = threadIdx.x + TH * i;
         int r = (p >> 4) % NT, half = (p >> 3) & 1, piece = p & 7, row = s.src[r];
         pc.src[i] = rows + (u64)(row < 0 ? 0 : row) * ld + half * WG_CHUNK_BYTES + piece * 16;
         pc.dst[i] = smem_addr(&s.b[0][half][sw_off(r, piece * 16)]);
@@ -77,13 +78,13 @@ __device__ __forceinline__ void f4_pieces(F4Pieces<NT>& pc, F4Smem<NT>& s, const
 
 // Stage step c (k [128c, 128c + 128)) of the first NE token rows into
 // stage st (the MMAs read no others).
-template <int NT, int NE>
-__device__ __forceinline__ void f4_stage(const F4Pieces<NT>& pc, int st, int c) {
+template <int NT, int NE, int TH>
+__device__ __forceinline__ void f4_stage(const F4Pieces<NT, TH>& pc, int st, int c) {
     constexpr u32 stage = 2 * NT * WG_CHUNK_BYTES;
-    if constexpr (F4Pieces<NT>::COMPACT) {
+    if constexpr (F4Pieces<NT, TH>::COMPACT) {
         static_assert(NE == NT, "no fitted instance");
 #pragma unroll
-        for (int i = 0; i < F4Pieces<NT>::P; i++) {
+        for (int i = 0; i < F4Pieces<NT, TH>::P; i++) {
             int row = pc.row[16 * i];
             const u8* src = pc.src[0] + (u64)(row < 0 ? 0 : row) * pc.ld + c * 2 * WG_CHUNK_BYTES;
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(pc.dst[0] + st * stage + 2048 * i), "l"(src),
@@ -92,8 +93,8 @@ __device__ __forceinline__ void f4_stage(const F4Pieces<NT>& pc, int st, int c) 
         return;
     }
 #pragma unroll
-    for (int i = 0; i < F4Pieces<NT>::P; i++) {
-        if (threadIdx.x + KMOE_THREADS * i < NE * 16)
+    for (int i = 0; i < F4Pieces<NT, TH>::P; i++) {
+        if (threadIdx.x + TH * i < NE * 16)
             asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(pc.dst[i] + st * stage),
                          "l"(pc.src[i] + c * 2 * WG_CHUNK_BYTES), "r"(pc.valid[i] ? 16 : 0));
     }
@@ -166,18 +167,19 @@ struct F4Weights {
 // PIPE: A double-buffered (f4_chunk); then, at a step's barrier, a
 // warpgroup may still have the previous step's second chunk in flight,
 // and the stage refilled there is two steps back, retired either way.
-template <int NT, int NE, int AH, bool PIPE = false>
+// TH: the CTA's threads, which stage the tokens together.
+template <int NT, int NE, int AH, bool PIPE = false, int TH = KMOE_THREADS>
 __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, const u8* rows, int kdim,
                                           F4Weights<AH>& wt, InputWait in) {
     int nstep = wt.nstep;
-    F4Pieces<NT> pc;
-    f4_pieces<NT>(pc, s, rows, 2 * kdim);
+    F4Pieces<NT, TH> pc;
+    f4_pieces<NT, TH>(pc, s, rows, 2 * kdim);
     in.wait(); // GEMM2: the weights above are loaded before GEMM1 ends, the tokens below after
     constexpr int S = f4_stages<NT>();
     static_assert(S >= 3, "a stage refilled two steps behind");
 #pragma unroll
     for (int st = 0; st < S - 2; st++) {
-        if (st < nstep) f4_stage<NT, NE>(pc, st, st);
+        if (st < nstep) f4_stage<NT, NE, TH>(pc, st, st);
         cp_async_commit();
     }
     u32 a[2][4][4];
@@ -191,7 +193,7 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
             fence_proxy_async();    // ... and are visible to the tensor cores
             __syncthreads();        // every thread's; and every warpgroup's wgmmas on step c - 1 are done
             int nx = c + S - 2;     // into step c - 2's stage
-            if (nx < nstep) f4_stage<NT, NE>(pc, nx % S, nx);
+            if (nx < nstep) f4_stage<NT, NE, TH>(pc, nx % S, nx);
             cp_async_commit();
             // The descriptors, from stage 0's (the start address field
             // counts 16-byte units; no carry out of it within shared memory).

@@ -41,6 +41,7 @@ typedef struct {
 	CUresult (*cuModuleUnload)(CUmodule);
 	CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
 	CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+	CUresult (*cuFuncGetAttribute)(int*, int, CUfunction);
 	CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
 	CUresult (*cuMemFree)(CUdeviceptr);
 	CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
@@ -131,6 +132,7 @@ static const char* kmoe_load_cuda(const char* path) {
 	SYM(t, cuModuleUnload, "cuModuleUnload");
 	SYM(t, cuModuleGetFunction, "cuModuleGetFunction");
 	SYM(t, cuFuncSetAttribute, "cuFuncSetAttribute");
+	SYM(t, cuFuncGetAttribute, "cuFuncGetAttribute");
 	SYM(t, cuMemAlloc, "cuMemAlloc_v2");
 	SYM(t, cuMemFree, "cuMemFree_v2");
 	SYM(t, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
@@ -197,6 +199,7 @@ static CUresult k_cuModuleLoadData(CUmodule* m, const void* img) { return cu.cuM
 static CUresult k_cuModuleUnload(CUmodule m) { return cu.cuModuleUnload(m); }
 static CUresult k_cuModuleGetFunction(CUfunction* f, CUmodule m, const char* n) { return cu.cuModuleGetFunction(f, m, n); }
 static CUresult k_cuFuncSetAttribute(CUfunction f, int attr, int v) { return cu.cuFuncSetAttribute(f, attr, v); }
+static CUresult k_cuFuncGetAttribute(int* v, int attr, CUfunction f) { return cu.cuFuncGetAttribute(v, attr, f); }
 static CUresult k_cuMemAlloc(CUdeviceptr* p, size_t n) { return cu.cuMemAlloc(p, n); }
 static CUresult k_cuMemFree(CUdeviceptr p) { return cu.cuMemFree(p); }
 static CUresult k_cuMemcpyHtoDAsync(CUdeviceptr d, const void* s, size_t n, CUstream st) { return cu.cuMemcpyHtoDAsync(d, s, n, st); }
@@ -370,6 +373,14 @@ func ModuleGetFunction(m Module, name string) (Function, error) {
 // a launch gets without opting in.
 func FuncSetMaxDynamicSmem(f Function, n int) error {
 	return check("cuFuncSetAttribute", C.k_cuFuncSetAttribute(f, 8, C.int(n)))
+}
+
+// FuncLocalBytes is the local memory a thread of f uses
+// (CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES): nonzero where ptxas spilled.
+func FuncLocalBytes(f Function) (int, error) {
+	var v C.int
+	err := check("cuFuncGetAttribute", C.k_cuFuncGetAttribute(&v, 3, f))
+	return int(v), err
 }
 
 func MemAlloc(n int) (Ptr, error) {
