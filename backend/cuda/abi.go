@@ -426,7 +426,7 @@ const (
 const (
 	f4W3Tile     = 128
 	f4W3Threads  = 384
-	f4W3Features = 96 // intermediate features per CTA: three warpgroups of 32
+	f4W3Features = f4W3Threads / 128 * 32 // intermediate features per CTA (96): a warpgroup's 64 rows are 32 features' up and gate
 	f4W3Ahead    = 2
 )
 
