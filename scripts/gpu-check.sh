@@ -8,9 +8,11 @@
 # Copy the repository with .gpu/ to the GPU machine and run there:
 #   bash scripts/gpu-check.sh verify
 # the tests, validate over the matrix on every path (all three chains; without
-# the wgmma-fp4 path; with the small tiles and the activation kernel at
-# every M), GPT-OSS SwiGLU, and compute-sanitizer's memcheck and racecheck on the smoke
-# suite; everything goes to $OUT (default /tmp/kimimoe-out): verify.log,
+# the wgmma-fp4 path; with the small tiles, the activation kernel and
+# GEMM1 in three warpgroups at every M), GPT-OSS SwiGLU, and
+# compute-sanitizer's memcheck and racecheck on the smoke suite (by
+# default and with GEMM1 in three warpgroups); everything goes to $OUT
+# (default /tmp/kimimoe-out): verify.log,
 # cuda_test.log and the validate JSONs. The published figures come from
 # bench/run.sh. On a machine with two GPUs (NCCL):
 #   bash scripts/gpu-check.sh multi
