@@ -9,9 +9,9 @@
 #   bash scripts/gpu-check.sh verify
 # the tests, validate over the matrix on every path (all three chains; without
 # the wgmma-fp4 path; with the small tiles, the activation kernel and
-# GEMM1 in three warpgroups at every M), GPT-OSS SwiGLU, and
+# both GEMMs in three warpgroups at every M), GPT-OSS SwiGLU, and
 # compute-sanitizer's memcheck and racecheck on the smoke suite (by
-# default and with GEMM1 in three warpgroups); everything goes to $OUT
+# default and with the GEMMs in three warpgroups); everything goes to $OUT
 # (default /tmp/kimimoe-out): verify.log,
 # cuda_test.log and the validate JSONs. The published figures come from
 # bench/run.sh. On a machine with two GPUs (NCCL):
@@ -76,9 +76,9 @@ timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ --tu
 # GEMM1's activation as a kernel of its own at every M (kmoe_act_requant;
 # by default from 97 to 2048 tokens), non-finite inputs included.
 timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ --tune fp4-act-min-m=1,fp4-act-max-m=100000 2>&1 | tee -a "$log" | tail -1
-# GEMM1 in three warpgroups over the whole matrix: the 128-token tile and
-# the activation kernel forced at every M (where N is a whole number of
-# its 96-feature CTAs).
+# Both GEMMs in three warpgroups over the whole matrix: the 128-token
+# tile and the activation kernel forced at every M (GEMM1 where N is a
+# whole number of its 96-feature CTAs, GEMM2 where f4W3Idle admits K).
 timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ --tune fp4-tile=128,fp4-act-min-m=1 2>&1 | tee -a "$log" | tail -1
 # The whole matrix without the wgmma-fp4 path: the decode path at small M,
 # then the mma.sync GEMMs, the wgmma GEMMs from every grouped M.
@@ -91,7 +91,7 @@ for tool in memcheck racecheck; do
     echo "compute-sanitizer $tool on validate --suite smoke --chain $chain (default paths: wgmma-fp4 on sm_90): exit $? (9: errors found)" | tee -a "$log"; tail -2 /tmp/san.txt | tee -a "$log"
   done
 done
-# GEMM1 in three warpgroups (its token staging is shared by 384 threads).
+# The GEMMs in three warpgroups (their token staging is shared by 384 threads).
 for tool in memcheck racecheck; do
   timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 .gpu/kimimoe validate --backend cuda --suite smoke --runs 1 --tune fp4-tile=128,fp4-act-min-m=1 > /tmp/san.txt 2>&1
   echo "compute-sanitizer $tool on validate --suite smoke with --tune fp4-tile=128,fp4-act-min-m=1: exit $?" | tee -a "$log"; tail -2 /tmp/san.txt | tee -a "$log"

@@ -430,6 +430,21 @@ const (
 	f4W3Ahead    = 2
 )
 
+// GEMM2 in three warpgroups (kmoe_f4_gemm2_w3_t128, Plan.W3Gemm2): the
+// same CTA over 192 output features, three row groups of 64, grid
+// ceil(K / 192); a last CTA with fewer row groups left repeats one on
+// its spare warpgroups (f4W3Idle bounds that waste).
+const f4W3Gemm2Rows = f4W3Threads / 128 * 64
+
+// f4W3Idle reports whether GEMM2 in three warpgroups over kp output
+// features leaves at most one warpgroup in 50 idle: the K / 64 row
+// groups rounded up to whole CTAs of three.
+func f4W3Idle(kp int) bool {
+	groups := kp / 64
+	wgs := (groups + 2) / 3 * 3
+	return 50*(wgs-groups) <= wgs
+}
+
 // f4Tiles are the instances' tokens per tile (the wgmma's N).
 var f4Tiles = []int{8, 16, 32, 48, 64, 128, 256}
 
@@ -666,6 +681,7 @@ var (
 	kAddRows      = spec[addRowsArgs]("kmoe_add_rows")
 	kF4Gemm1      = instances[f4Gemm1Args]("kmoe_f4_gemm1_act_t", f4Tiles)
 	kF4W3Gemm1    = spec[f4Gemm1Args]("kmoe_f4_gemm1_w3_t128")
+	kF4W3Gemm2    = spec[f4Gemm2Args]("kmoe_f4_gemm2_w3_t128")
 	kF4Gemm2      = instances[f4Gemm2Args]("kmoe_f4_gemm2_t", f4Tiles)
 	kF4FitGemm1   = instances[f4Gemm1Args]("kmoe_f4_gemm1_act_fit_t", f4FitTiles)
 	kF4FitGemm2   = instances[f4Gemm2Args]("kmoe_f4_gemm2_fit_t", f4FitTiles)
@@ -697,7 +713,7 @@ var decodeSubtiles = []int{1, 2, 4}
 
 var kernelSpecs = func() []kernelSpec {
 	all := []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize,
-		kDecPrologue, kXBF16, kRouteXBF16, kRouteXMany, kGatherRows, kAddRows, kF4SGemm2Deep, kActRequant, kF4W3Gemm1}
+		kDecPrologue, kXBF16, kRouteXBF16, kRouteXMany, kGatherRows, kAddRows, kF4SGemm2Deep, kActRequant, kF4W3Gemm1, kF4W3Gemm2}
 	for _, m := range []map[int]kernelSpec{kDecGemm1, kDecGemm2, kWGGemm1, kWGGemm2, kF4Gemm1, kF4Gemm2, kF4FitGemm1, kF4FitGemm2, kF4SGemm1, kF4SGemm2} {
 		for _, k := range m {
 			all = append(all, k)

@@ -101,6 +101,7 @@ type kernels struct {
 	f4sGemm2Deep kernel[f4Gemm2Args]    // its GEMM2 at 8 tokens for small grids (f4sDeep2)
 	actRequant   kernel[actRequantArgs] // GEMM1's epilogue on its own (Plan.ActKernel)
 	f4W3Gemm1    kernel[f4Gemm1Args]    // GEMM1 in three warpgroups (Plan.W3)
+	f4W3Gemm2    kernel[f4Gemm2Args]    // GEMM2 in three warpgroups (Plan.W3Gemm2)
 }
 
 func loadKernels(m cu.Module) (*kernels, error) {
@@ -160,6 +161,8 @@ func loadKernels(m cu.Module) (*kernels, error) {
 	k.actRequant, err = bind[actRequantArgs](m, kActRequant)
 	add(err)
 	k.f4W3Gemm1, err = bindSmem[f4Gemm1Args](m, kF4W3Gemm1, f4Smem(f4W3Tile))
+	add(err)
+	k.f4W3Gemm2, err = bindSmem[f4Gemm2Args](m, kF4W3Gemm2, f4Smem(f4W3Tile))
 	add(err)
 	return k, errors.Join(errs...)
 }

@@ -63,7 +63,11 @@ func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 	}
 	gemm2 = []step{{"gemm2", func() error {
 		_, g2, smem := kernels()
-		return g2.launchMaybePDL(p.PDL, [3]int{kp / abiF4RowsGemm2, p.Tiles, 1}, abiThreads, smem, s,
+		ctas, threads := kp/abiF4RowsGemm2, abiThreads
+		if p.W3Gemm2 {
+			g2, ctas, threads = b.k.f4W3Gemm2, (kp+f4W3Gemm2Rows-1)/f4W3Gemm2Rows, f4W3Threads
+		}
+		return g2.launchMaybePDL(p.PDL, [3]int{ctas, p.Tiles, 1}, threads, smem, s,
 			&f4Gemm2Args{AQBF: ws.aqbf, W: l.f4.w2, WS: l.f4.w2s, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
 				Ready: ready2, N: i32(np), K: i32(kp), ELocal: i32(w.E), ReadyTarget: i32(readyTarget2)})
 	}}}

@@ -102,7 +102,8 @@ func TestPlanIsWhatRuns(t *testing.T) {
 					t.Errorf("%s: tile %d, %d tile rows for %d entries", p, p.Tile, p.Tiles, m*s.topk)
 				}
 				if p.ActByTile && (!p.ActKernel || !p.TileReady) || p.Deep2 && p.Loop != LoopSync ||
-					p.W3 && (!p.ActKernel || p.Loop != LoopWGMMA || p.Tile != f4W3Tile) {
+					p.W3 && (!p.ActKernel || p.Loop != LoopWGMMA || p.Tile != f4W3Tile) ||
+					p.W3Gemm2 && (p.Loop != LoopWGMMA || p.Tile != f4W3Tile) {
 					t.Errorf("%s: inconsistent switches", p)
 				}
 			}
@@ -259,6 +260,40 @@ func TestF4W3Range(t *testing.T) {
 	oss := kimiShape(8192, Tuning{})
 	oss.k, oss.n, oss.e, oss.topk, oss.allLocal = 2944, 2880, 128, 4, true
 	if p := choosePlan(oss); p.W3 || p.Tile != 128 {
+		t.Errorf("GPT-OSS-120B M=8192: %s", p)
+	}
+}
+
+// GEMM2 runs in three warpgroups wherever the 128-token tile's plain loop
+// runs, the activation kernel or not, unless a tenth of a CTA or more
+// would idle: f4W3Idle admits Kimi's K = 3584 (56 row groups in 19 CTAs,
+// one spare warpgroup of 57) and 3072 (none spare), not GPT-OSS-120B's
+// padded 2944 (46 in 16: two of 48, one in 24).
+func TestF4W3Gemm2Range(t *testing.T) {
+	for kp, want := range map[int]bool{3584: true, 3072: true, 2944: false, 192: true, 128: false, 64: false} {
+		if got := f4W3Idle(kp); got != want {
+			t.Errorf("f4W3Idle(%d) = %v, want %v", kp, got, want)
+		}
+	}
+	for m, want := range map[int]bool{512: false, f4T128MinM - 1: false, f4T128MinM: true, 8192: true, 8193: true} {
+		if p := choosePlan(kimiShape(m, Tuning{})); p.W3Gemm2 != want || p.W3Gemm2 && p.Tile != 128 {
+			t.Errorf("M=%d: %s; want GEMM2 in three warpgroups %v", m, p, want)
+		}
+	}
+	for _, tu := range []Tuning{{NoW3Gemm2: true}, {FP4Tile: 256}, {FP4Tile: 64}} {
+		if p := choosePlan(kimiShape(2048, tu)); p.W3Gemm2 {
+			t.Errorf("%+v: %s", tu, p)
+		}
+	}
+	// Independent of GEMM1's: its switch off, or no activation kernel, leaves GEMM2's on.
+	for _, tu := range []Tuning{{NoW3: true}, {FP4ActMaxM: -1}} {
+		if p := choosePlan(kimiShape(2048, tu)); !p.W3Gemm2 || p.W3 {
+			t.Errorf("%+v: %s", tu, p)
+		}
+	}
+	oss := kimiShape(8192, Tuning{})
+	oss.k, oss.n, oss.e, oss.topk, oss.allLocal = 2944, 2880, 128, 4, true
+	if p := choosePlan(oss); p.W3Gemm2 || p.Tile != 128 {
 		t.Errorf("GPT-OSS-120B M=8192: %s", p)
 	}
 }

@@ -75,6 +75,7 @@ type Plan struct {
 	ActKernel bool     // wgmma-fp4: the activation as a kernel of its own
 	ActByTile bool     // ... by tile, beside GEMM1's last tiles
 	W3        bool     // wgmma-fp4: GEMM1 in three warpgroups (kmoe_f4_gemm1_w3_t128), the activation kernel after it
+	W3Gemm2   bool     // wgmma-fp4: GEMM2 in three warpgroups (kmoe_f4_gemm2_w3_t128)
 	TileReady bool     // wgmma-fp4: GEMM2 waits for its tile's producers, not all of them
 	Prologue  Prologue // grouped paths
 	Steps     []string // the launches, in order (Profile's names)
@@ -99,7 +100,7 @@ func (p Plan) String() string {
 		for _, f := range []struct {
 			on   bool
 			what string
-		}{{p.Deep2, "deep GEMM2"}, {p.PDL, "PDL"}, {p.TileReady, "tile-ready"}, {p.ActByTile, "activation by tile"}, {p.W3, "GEMM1 in three warpgroups"}} {
+		}{{p.Deep2, "deep GEMM2"}, {p.PDL, "PDL"}, {p.TileReady, "tile-ready"}, {p.ActByTile, "activation by tile"}, {p.W3, "GEMM1 in three warpgroups"}, {p.W3Gemm2, "GEMM2 in three warpgroups"}} {
 			if f.on {
 				b.WriteString(", " + f.what)
 			}

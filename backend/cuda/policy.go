@@ -217,6 +217,8 @@ func choosePlan(s planShape) Plan {
 		// GEMM1 in three warpgroups: the 128-token tile's plain loop, its
 		// up and gate for the activation kernel, N a whole number of its CTAs.
 		p.W3 = p.ActKernel && p.Loop == LoopWGMMA && p.Tile == f4W3Tile && padTo(s.n)%f4W3Features == 0 && !t.NoW3
+		// GEMM2 so too where few of its warpgroups would idle.
+		p.W3Gemm2 = p.Loop == LoopWGMMA && p.Tile == f4W3Tile && f4W3Idle(padTo(s.k)) && !t.NoW3Gemm2
 	}
 	p.Tiles = maxTiles(entries, s.e, p.Tile)
 	bf16 := p.Path.bf16Operands()

@@ -31,6 +31,7 @@ type Tuning struct {
 	NoPDL         bool // no programmatic dependent launch on the wgmma-fp4 path
 	NoTileReady   bool // GEMM2 waits for all of GEMM1, not its own tile's CTAs
 	NoW3          bool // GEMM1 in two warpgroups where the policy picks three
+	NoW3Gemm2     bool // GEMM2 so
 	Flush         Flush
 }
 
@@ -76,6 +77,7 @@ var tuningKeys = []tuningKey{
 	{"pdl", "off: no programmatic dependent launch", func(t *Tuning) any { return &t.NoPDL }},
 	{"tile-ready", "off: GEMM2 waits for all of GEMM1", func(t *Tuning) any { return &t.NoTileReady }},
 	{"gemm1-w3", "off: GEMM1 in two warpgroups, not three", func(t *Tuning) any { return &t.NoW3 }},
+	{"gemm2-w3", "off: GEMM2 in two warpgroups, not three", func(t *Tuning) any { return &t.NoW3Gemm2 }},
 	{"flush", "the timing's L2 flush: read, write or none", func(t *Tuning) any { return &t.Flush }},
 }
 

@@ -108,6 +108,36 @@ __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
 #endif
 }
 
+// GEMM2 in three warpgroups (f4W3* in abi.go): CTA x takes output
+// features [192x, 192x + 192), warpgroup h the 64 of row group 3x + h,
+// with the two-warpgroup kernel's k loop (so the same bits). Where K / 64
+// is not a multiple of three the last CTA's spare warpgroups repeat its
+// first row group, so that they still stage their share of the tokens
+// and pass the barriers, and store nothing. grid.x = ceil(K / 192).
+template <int NT>
+__device__ __forceinline__ void f4_gemm2_w3(const F4Gemm2Args& a) {
+#if defined(WG_ENABLED)
+    auto& s = f4_smem<NT, 0>();
+    pdl_trigger(); // as f4_gemm2
+    Tile tl;
+    if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, nullptr, 0, s.src, &tl)) return;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int rg = blockIdx.x * (KMOE_F4_W3_THREADS / 128) + (warp >> 2);
+    bool spare = rg >= a.k / 64;
+    if (spare) rg = blockIdx.x * (KMOE_F4_W3_THREADS / 128);
+    float acc[NT / 2];
+    f4_tile_mma<NT, 0, false, KMOE_F4_W3_THREADS>(acc, s, a.aqbf, a.n, a.w, a.ws, (u64)tl.expert * (a.k / 64) + rg,
+                                                   InputWait{a.ready, (int)blockIdx.y, a.ready_target}, tl.count);
+    if (spare) return;
+    int f = rg * 64 + (warp & 3) * 16 + (lane >> 2);
+#pragma unroll
+    for (int i = 0; i < NT / 2; i++) {
+        int tok = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+        if (tok < tl.count) a.y[(u64)(tl.row0 + tok) * a.k + f + 8 * ((i >> 1) & 1)] = acc[i];
+    }
+#endif
+}
+
 // Registers: NT/2 accumulators, one A buffer (16; two in the fitted
 // 64-token instance), 2 f4_tile_ahead() x 5 loaded words. More CTAs an SM
 // pay more than the registers cost (docs/PERF.md): four at NT = 8 (64
@@ -123,6 +153,7 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm1_act_
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm1_act_t256(const F4Gemm1Args a) { f4_gemm1_act<256, 0>(a); }
 static_assert(KMOE_F4_W3_FEATURES * 2 == 64 * (KMOE_F4_W3_THREADS / 128), "a warpgroup's 64 rows: 32 features' up and gate");
 extern "C" __global__ void __launch_bounds__(KMOE_F4_W3_THREADS, 1) kmoe_f4_gemm1_w3_t128(const F4Gemm1Args a) { f4_gemm1_w3<128>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_F4_W3_THREADS, 1) kmoe_f4_gemm2_w3_t128(const F4Gemm2Args a) { f4_gemm2_w3<128>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 4) kmoe_f4_gemm2_t8(const F4Gemm2Args a) { f4_gemm2<8, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t16(const F4Gemm2Args a) { f4_gemm2<16, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t32(const F4Gemm2Args a) { f4_gemm2<32, 0>(a); }
