@@ -129,7 +129,7 @@ func TestF4SyncLoop(t *testing.T) {
 	for _, m := range []int{1, 3, 8, 24, 32, f4SyncMaxM} {
 		set(false, false)
 		if l.PathFor(m) != "wgmma-fp4" || l.PlanFor(m, s.TopK).Loop != LoopSync {
-			t.Fatalf("M=%d: path %s, tile %d, not the mma.sync loop", m, l.PathFor(m), f4TileTokens(m))
+			t.Fatalf("M=%d: path %s, tile %d, not the mma.sync loop", m, l.PathFor(m), f4TileTokens(m, true))
 		}
 		in := kimiInput(t, s, w, m, uint64(9100+m))
 		var outs [2][]float32
@@ -167,7 +167,7 @@ func TestF4FitN(t *testing.T) {
 		var outs [2][]float32
 		for i, maxM := range []int{f4FitMaxMDefault, 0} {
 			setFit(maxM)
-			if tt := f4TileTokens(m); l.PathFor(m) != "wgmma-fp4" || (l.PlanFor(m, s.TopK).Loop == LoopFitted) != (maxM > 0) {
+			if tt := f4TileTokens(m, true); l.PathFor(m) != "wgmma-fp4" || (l.PlanFor(m, s.TopK).Loop == LoopFitted) != (maxM > 0) {
 				t.Fatalf("M=%d: path %s, tile %d, fitted %v", m, l.PathFor(m), tt, (l.PlanFor(m, s.TopK).Loop == LoopFitted))
 			}
 			outs[i] = forwardOut(t, l, in, m)
@@ -317,7 +317,9 @@ func TestF4ActKernel(t *testing.T) {
 
 // TestF4LargeTiles: the 128- and 256-token tiles (one CTA an SM, A
 // double-buffered: f4_pipe) give the bits of the 64-token tile, the
-// 128-token one at the fewest tokens the default gives it (f4T128MinM),
+// 128-token one at the fewest tokens the default gives it on this layer
+// (f4T128Band, both GEMMs in three warpgroups) and where it stays
+// (f4W3T128MinM),
 // the 256-token one (--tune fp4-tile=256 only) at M=4133, its last
 // tiles part-filled; both agree with the oracle, with GEMM1's activation
 // kernel and with its fused epilogue (which runs past f4ActMaxMDefault
@@ -333,10 +335,11 @@ func TestF4LargeTiles(t *testing.T) {
 		t.Helper()
 		setLayer(t, l, func(u *Tuning) { u.FP4Tile, u.FP4ActMaxM = tokens, never(actMaxM) })
 	}
-	if tt := f4TileTokens(f4T128MinM); tt != 128 || f4TileTokens(f4T128MinM-1) != 64 {
-		t.Fatalf("M=%d: tile %d, M=%d: tile %d", f4T128MinM, tt, f4T128MinM-1, f4TileTokens(f4T128MinM-1))
+	lo := f4T128Band[0]
+	if !f4W3Fits(w.N) || f4TileTokens(lo, true) != 128 || f4TileTokens(lo-1, true) != 64 {
+		t.Fatalf("N=%d: M=%d: tile %d, M=%d: tile %d", w.N, lo, f4TileTokens(lo, true), lo-1, f4TileTokens(lo-1, true))
 	}
-	for _, c := range []struct{ m, tile, forced int }{{f4T128MinM, 128, 0}, {4133, 256, 256}} {
+	for _, c := range []struct{ m, tile, forced int }{{lo, 128, 0}, {f4W3T128MinM, 128, 0}, {4133, 256, 256}} {
 		m := c.m
 		if l.PathFor(m) != "wgmma-fp4" || (l.PlanFor(m, s.TopK).Loop == LoopFitted) {
 			t.Fatalf("M=%d: path %s, fitted %v", m, l.PathFor(m), (l.PlanFor(m, s.TopK).Loop == LoopFitted))
@@ -435,7 +438,7 @@ func TestF4W3(t *testing.T) {
 		t.Fatalf("K = %d: no spare GEMM2 warpgroup to check", w.K)
 	}
 	ways := [][2]bool{{true, true}, {false, true}, {true, false}, {false, false}}
-	for _, m := range []int{f4T128MinM, 1500} {
+	for _, m := range []int{f4T128Band[0], 1500} {
 		in := kimiInput(t, s, w, m, uint64(9700+m))
 		outs := make([][]float32, len(ways))
 		for i, off := range ways {
@@ -452,9 +455,9 @@ func TestF4W3(t *testing.T) {
 		comparePaths(t, o, in, w.K, [2]string{"both GEMMs in three warpgroups", "in two"}, [2][]float32{outs[3], outs[0]})
 	}
 	set(false, false)
-	in := kimiInput(t, s, w, f4T128MinM, 9701)
-	requireLaunched(t, l, in, f4T128MinM, &b.k.f4W3Gemm1, "GEMM1 in three warpgroups")
-	requireLaunched(t, l, in, f4T128MinM, &b.k.f4W3Gemm2, "GEMM2 in three warpgroups")
+	in := kimiInput(t, s, w, f4W3T128MinM, 9701)
+	requireLaunched(t, l, in, f4W3T128MinM, &b.k.f4W3Gemm1, "GEMM1 in three warpgroups")
+	requireLaunched(t, l, in, f4W3T128MinM, &b.k.f4W3Gemm2, "GEMM2 in three warpgroups")
 	for _, k := range []struct {
 		name string
 		fn   cu.Function

@@ -114,15 +114,24 @@ func TestPlanIsWhatRuns(t *testing.T) {
 	}
 }
 
-// Every token count gets an instance's tile, growing with M.
+// Every token count gets an instance's tile, growing with M where the
+// GEMMs run in two warpgroups; in three the 128-token tile also takes
+// the band f4T128Band and starts at f4W3T128MinM, and nothing else moves.
 func TestF4TileTokens(t *testing.T) {
 	prev := 0
 	for m := 1; m <= 16384; m++ {
-		nt := f4TileTokens(m)
+		nt, nt3 := f4TileTokens(m, false), f4TileTokens(m, true)
 		if !slices.Contains(f4Tiles, nt) || nt < prev {
 			t.Fatalf("M=%d: tile %d (previous %d)", m, nt, prev)
 		}
 		prev = nt
+		band := m >= f4T128Band[0] && m < f4T128Band[1] || m >= f4W3T128MinM
+		if band && nt3 != 128 || !band && nt3 != nt {
+			t.Fatalf("M=%d: tile %d in three warpgroups, %d in two", m, nt3, nt)
+		}
+	}
+	if f4T128Band[1] >= f4W3T128MinM || f4W3T128MinM >= f4T128MinM || f4T128Band[0] <= 144 {
+		t.Fatalf("bounds out of order: band %v, three warpgroups from %d, two from %d", f4T128Band, f4W3T128MinM, f4T128MinM)
 	}
 }
 
@@ -216,7 +225,7 @@ func TestF4TileSmemFits(t *testing.T) {
 // float32 up and gate workspace.
 func TestF4ActKernelRange(t *testing.T) {
 	first := 1
-	for f4TileTokens(first) < 48 {
+	for f4TileTokens(first, true) < 48 {
 		first++
 	}
 	if f4ActMinMDefault != first {
@@ -237,7 +246,8 @@ func TestF4ActKernelRange(t *testing.T) {
 // number of its 96-feature CTAs; each switch off takes it away, and
 // GPT-OSS-120B's padded N (2944) is not such a number.
 func TestF4W3Range(t *testing.T) {
-	for m, want := range map[int]bool{512: false, f4T128MinM - 1: false, f4T128MinM: true, 2048: true, 8192: true, 8193: false} {
+	for m, want := range map[int]bool{f4T128Band[0] - 1: false, f4T128Band[0]: true, f4T128Band[1] - 1: true, 512: false,
+		f4W3T128MinM - 1: false, f4W3T128MinM: true, 2048: true, 8192: true, 8193: false} {
 		if p := choosePlan(kimiShape(m, Tuning{})); p.W3 != want || p.W3 && (p.Tile != 128 || !p.ActKernel) {
 			t.Errorf("M=%d: %s; want three warpgroups %v", m, p, want)
 		}
@@ -262,6 +272,12 @@ func TestF4W3Range(t *testing.T) {
 	if p := choosePlan(oss); p.W3 || p.Tile != 128 {
 		t.Errorf("GPT-OSS-120B M=8192: %s", p)
 	}
+	// Nor does it take the three-warpgroup band: M = 3000 gives its experts
+	// the tokens M = 328 gives Kimi's (f4EquivM).
+	oss.m = 3000
+	if p := choosePlan(oss); p.Tile != 64 || f4EquivM(oss) != 328 {
+		t.Errorf("GPT-OSS-120B M=3000 (as M=%d): %s", f4EquivM(oss), p)
+	}
 }
 
 // GEMM2 runs in three warpgroups wherever the 128-token tile's plain loop
@@ -275,7 +291,8 @@ func TestF4W3Gemm2Range(t *testing.T) {
 			t.Errorf("f4W3Idle(%d) = %v, want %v", kp, got, want)
 		}
 	}
-	for m, want := range map[int]bool{512: false, f4T128MinM - 1: false, f4T128MinM: true, 8192: true, 8193: true} {
+	for m, want := range map[int]bool{f4T128Band[0] - 1: false, f4T128Band[0]: true, 512: false, f4W3T128MinM - 1: false,
+		f4W3T128MinM: true, 8192: true, 8193: true} {
 		if p := choosePlan(kimiShape(m, Tuning{})); p.W3Gemm2 != want || p.W3Gemm2 && p.Tile != 128 {
 			t.Errorf("M=%d: %s; want GEMM2 in three warpgroups %v", m, p, want)
 		}

@@ -40,8 +40,10 @@ func tileTokens(m int) int {
 // f4TileTokens is the wgmma-fp4 GEMMs' token tile (the wgmma's N) for m
 // tokens: the smallest that holds about one expert's tokens at the most
 // CTAs an SM (with the bench's routing an expert gets about 0.29 M
-// tokens; 48 tokens run three CTAs an SM where 64's run two).
-func f4TileTokens(m int) int {
+// tokens; 48 tokens run three CTAs an SM where 64's run two), and the
+// 128-token tile where its GEMMs run in three warpgroups (w3: f4W3Fits)
+// and its tiles beat the 64-token tile's (f4T128Band, f4W3T128MinM).
+func f4TileTokens(m int, w3 bool) int {
 	switch {
 	case m <= 24:
 		return 8
@@ -51,19 +53,41 @@ func f4TileTokens(m int) int {
 		return 32
 	case m <= 144:
 		return 48
-	case m < f4T128MinM:
+	case m < f4T128Band[0]:
+		return 64
+	case w3 && m < f4T128Band[1]:
+		return 128
+	case w3 && m < f4W3T128MinM, !w3 && m < f4T128MinM:
 		return 64
 	}
 	return 128
 }
 
-// f4T128MinM is the fewest tokens on the 128-token tile (one CTA an SM),
-// where a weight's widening serves twice the 64-token tile's tokens: 256
-// tokens an expert at the bench's routing. From there the 128-token tile
-// was as fast as the 64-token one on the Kimi bench and faster on
+// f4T128MinM is the fewest tokens on the 128-token tile (one CTA an SM)
+// where its GEMMs run in two warpgroups, where a weight's widening serves
+// twice the 64-token tile's tokens: 256 tokens an expert at the bench's
+// routing. From there the 128-token tile was as fast as the 64-token one
+// on the Kimi bench (before the three-warpgroup kernels) and faster on
 // GPT-OSS-120B's layer. The 256-token tile was slower than 128 at every M
 // measured, so only a Tuning takes it.
 const f4T128MinM = 896
+
+// With both GEMMs in three warpgroups the 128-token tile beats the
+// 64-token one (Kimi bench, interleaved passes, medians of 10 rounds)
+// from M = 320 to 416 (91 to 119 tokens an expert: one part-filled
+// 128-token tile against two 64-token ones) by 5-9%, and from 672 (192
+// an expert) to 1280 by 6-23%; the 64-token tile wins at 256 (73 an
+// expert: its second tile nearly empty, on the fitted loop) and from 448
+// to 640 (two 128-token tiles against three 64-token ones) by 2-19%. The
+// bounds are the midpoints between the M measured on either side.
+var f4T128Band = [2]int{288, 432}
+
+const f4W3T128MinM = 656
+
+// f4W3Fits reports whether GEMM1 runs in three warpgroups on the
+// 128-token tile at intermediate size n: its padded N a whole number of
+// the kernel's 96-feature CTAs.
+func f4W3Fits(n int) bool { return padTo(n)%f4W3Features == 0 }
 
 // f4SyncMaxM is the most tokens on the small tiles (f4sTiles), whose
 // GEMMs run the barrier-free mma.sync loop.
@@ -195,7 +219,7 @@ func choosePlan(s planShape) Plan {
 		p.Tile, p.WGRows = abiWGTokens, s.wgRows
 	case PathFP4:
 		em := f4EquivM(s) // the tile-sized thresholds, by tokens an expert
-		p.Tile = f4TileTokens(em)
+		p.Tile = f4TileTokens(em, f4W3Fits(s.n))
 		if t.FP4Tile != 0 {
 			p.Tile = t.FP4Tile
 		}
@@ -216,7 +240,7 @@ func choosePlan(s planShape) Plan {
 		}
 		// GEMM1 in three warpgroups: the 128-token tile's plain loop, its
 		// up and gate for the activation kernel, N a whole number of its CTAs.
-		p.W3 = p.ActKernel && p.Loop == LoopWGMMA && p.Tile == f4W3Tile && padTo(s.n)%f4W3Features == 0 && !t.NoW3
+		p.W3 = p.ActKernel && p.Loop == LoopWGMMA && p.Tile == f4W3Tile && f4W3Fits(s.n) && !t.NoW3
 		// GEMM2 so too where few of its warpgroups would idle.
 		p.W3Gemm2 = p.Loop == LoopWGMMA && p.Tile == f4W3Tile && f4W3Idle(padTo(s.k)) && !t.NoW3Gemm2
 	}
