@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The main loops' SASS instruction mix (docs/PERF.md, "What limits each
+# range"): for each named kernel of the sm_90a program, the innermost
+# loop that holds the most wgmmas (HGMMA; a kernel with none: its
+# outermost loop), found as the span of a backward branch,
+# its instructions counted by opcode (static: one pass of the loop body
+# as ptxas laid it out, which the k loop repeats once a step or two).
+#
+#   bash bench/sass.sh [KERNELS]   (default the 128-token GEMMs; needs cuobjdump)
+#
+# The program is compiled into a cache of its own (about 2 minutes of
+# NVRTC) unless SASS_CACHE names a folder that holds only this commit's
+# cubins (e.g. the KIMIMOE_CACHE of a fresh machine after bench/run.sh).
+# SASS_OUT, if set, is a folder that receives each kernel's loop listing.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+kernels=${1:-kmoe_f4_gemm1_w3_t128,kmoe_f4_gemm2_w3_t128,kmoe_f4_gemm2_t128,kmoe_act_requant}
+if command -v go >/dev/null; then
+  go build -buildvcs=true -o /tmp/kimimoe-bench ./cmd/kimimoe || exit 1
+  KIMIMOE=/tmp/kimimoe-bench
+fi
+km=${KIMIMOE:-kimimoe}
+cache=${SASS_CACHE:-}
+if [ -z "$cache" ]; then
+  cache=$(mktemp -d) || exit 1
+  KIMIMOE_CACHE=$cache "$km" bench --backend cuda --m 1 --rounds 1 --warmup 0 >/dev/null || { echo "kimimoe bench failed" >&2; exit 1; }
+fi
+date -u
+"$km" --version
+for k in ${kernels//,/ }; do
+  found=
+  # A cache entry is a 32-byte SHA-256 of the cubin, then the cubin.
+  for f in $(ls -t "$cache"/*.cubin 2>/dev/null); do
+    tmp=$(mktemp --suffix=.cubin) || exit 1
+    tail -c +33 "$f" >"$tmp"
+    if cuobjdump -sass -fun "$k" "$tmp" >"$tmp.sass" 2>/dev/null && grep -Eq "Function : $k[[:space:]]*$" "$tmp.sass"; then
+      found=$tmp.sass
+      rm -f "$tmp"
+      break
+    fi
+    rm -f "$tmp" "$tmp.sass"
+  done
+  if [ -z "$found" ]; then
+    echo "== $k: not in the cubins of $cache"
+    continue
+  fi
+  echo "== $k"
+  python3 - "$found" "$k" "${SASS_OUT:-}" <<'PY'
+import collections, os, re, sys
+path, name, out = sys.argv[1:4]
+labels, insts = {}, []  # label -> index of the next instruction; (address, text)
+for line in open(path):
+    m = re.match(r"\s*(\.L_x_\d+):", line)
+    if m:
+        labels[m.group(1)] = len(insts)
+        continue
+    m = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line)
+    if m:
+        insts.append((int(m.group(1), 16), m.group(2)))
+def opcode(text):
+    t = re.sub(r"^@!?U?P\w+\s+", "", text)  # the guard predicate
+    return t.split()[0].split(".")[0]
+at = {a: i for i, (a, _) in enumerate(insts)}
+loops = []
+for i, (_, text) in enumerate(insts):
+    # cuobjdump names a branch's target by its address (BRA 0x1230),
+    # nvdisasm by a label (BRA `(.L_x_12)).
+    m = re.search(r"\bBRA(?:\.\w+)*\s+(?:[^,`]*,\s*)?(?:0x([0-9a-f]+)|`\((\.L_x_\d+)\))", text)
+    if not m:
+        continue
+    t = at.get(int(m.group(1), 16)) if m.group(1) else labels.get(m.group(2))
+    if t is not None and t <= i:
+        body = insts[t:i + 1]
+        n = sum(opcode(t) == "HGMMA" for _, t in body)
+        loops.append((n, -len(body) if n else len(body), body))  # the innermost loop of all the wgmmas, else the outermost
+if not loops:
+    print(f"no backward branch in {len(insts)} instructions: no loop found")
+    if out:
+        with open(os.path.join(out, name + ".sass"), "w") as f:
+            f.writelines(f"/*{a:04x}*/ {t} ;\n" for a, t in insts)
+    sys.exit(0)
+mmas, _, body = max(loops, key=lambda l: (l[0], l[1]))
+if out:
+    with open(os.path.join(out, name + ".loop.sass"), "w") as f:
+        f.writelines(f"/*{a:04x}*/ {t} ;\n" for a, t in body)
+count = collections.Counter(opcode(t) for _, t in body)
+print(f"loop of {len(body)} instructions, {mmas} HGMMA, at {body[0][0]:#x}..{body[-1][0]:#x}")
+print(f"{'opcode':<10} {'count':>6} {'share':>7}")
+for op, n in count.most_common():
+    print(f"{op:<10} {n:>6} {100 * n / len(body):>6.1f}%")
+PY
+  rm -f "$found"
+done
