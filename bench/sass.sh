@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The main loops' SASS instruction mix (docs/PERF.md, "What limits each
 # range"): for each named kernel of the sm_90a program, the innermost
-# loop that holds the most wgmmas (HGMMA; a kernel with none: its
-# outermost loop), found as the span of a backward branch,
+# loop that holds the most wgmmas (HGMMA), found as the span of a
+# backward branch,
 # its instructions counted by opcode (static: one pass of the loop body
 # as ptxas laid it out, which the k loop repeats once a step or two).
 #
 #   bash bench/sass.sh [KERNELS]   (default the 128-token GEMMs; needs cuobjdump)
+#
+# A kernel with no wgmma in a loop gets no mix, only its listing in
+# SASS_OUT.
 #
 # The program is compiled into a cache of its own (about 2 minutes of
 # NVRTC) unless SASS_CACHE names a folder that holds only this commit's
@@ -14,7 +17,7 @@
 # SASS_OUT, if set, is a folder that receives each kernel's loop listing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-kernels=${1:-kmoe_f4_gemm1_w3_t128,kmoe_f4_gemm2_w3_t128,kmoe_f4_gemm2_t128,kmoe_act_requant}
+kernels=${1:-kmoe_f4_gemm1_w3_t128,kmoe_f4_gemm2_w3_t128,kmoe_f4_gemm2_t128}
 if command -v go >/dev/null; then
   go build -buildvcs=true -o /tmp/kimimoe-bench ./cmd/kimimoe || exit 1
   KIMIMOE=/tmp/kimimoe-bench
@@ -72,9 +75,10 @@ for i, (_, text) in enumerate(insts):
     if t is not None and t <= i:
         body = insts[t:i + 1]
         n = sum(opcode(t) == "HGMMA" for _, t in body)
-        loops.append((n, -len(body) if n else len(body), body))  # the innermost loop of all the wgmmas, else the outermost
+        if n:
+            loops.append((n, -len(body), body))  # the innermost loop of the most wgmmas
 if not loops:
-    print(f"no backward branch in {len(insts)} instructions: no loop found")
+    print(f"no loop of {len(insts)} instructions holds a wgmma")
     if out:
         with open(os.path.join(out, name + ".sass"), "w") as f:
             f.writelines(f"/*{a:04x}*/ {t} ;\n" for a, t in insts)
