@@ -2,7 +2,7 @@
 // MXFP4 MoE layer on a backend (the pure-Go oracle "go", or "cuda").
 //
 //	kimimoe validate --suite smoke|real|large|all --backend NAME --activation KIND [--require-situ] [--json FILE|-]
-//	kimimoe run --case IN.safetensors --out OUT.safetensors [--backend NAME] [--out-dtype f32|bf16|f16]
+//	kimimoe run --case IN.safetensors --out OUT.safetensors [--backend NAME] [--out-dtype DTYPE]
 //	kimimoe run --checkpoint DIR --layer L --inputs IN.safetensors --out OUT.safetensors [--ep-size S --ep-rank R] [--moe-tp T --moe-tp-rank r]
 //	kimimoe case --checkpoint DIR --layer L --inputs IN.safetensors --out CASE.safetensors [same slice flags]
 //	kimimoe check --case CASE.safetensors --candidate OUT.safetensors [--tensor out] [--chain C] [--json FILE|-]
@@ -11,6 +11,8 @@
 //	kimimoe chains [--m 1,128]
 //	kimimoe plot --bench bench.json [--peers peer_triton.json] --out FILE.svg
 //
+// run's DTYPE is the output's element type, float32 by default, or
+// bfloat16 or float16 rounded to nearest even (run -h names them).
 // Every subcommand takes -h, which prints its flags on stdout. Exit status:
 // 0 success (a pass), 1 a failure (a case or check failed, a device error),
 // 2 a usage or input error (a bad flag or value; a missing, malformed or
