@@ -2,9 +2,9 @@
 # The main loops' SASS instruction mix (docs/PERF.md, "What limits each
 # range"): for each named kernel of the sm_90a program, the innermost
 # loop that holds the most wgmmas (HGMMA), found as the span of a
-# backward branch,
-# its instructions counted by opcode (static: one pass of the loop body
-# as ptxas laid it out, which the k loop repeats once a step or two).
+# backward branch, its instructions counted by opcode (static: one pass
+# of the loop body as ptxas laid it out, which the k loop repeats once a
+# step or two).
 #
 #   bash bench/sass.sh [KERNELS]   (default the 128-token GEMMs; needs cuobjdump)
 #
@@ -71,10 +71,10 @@ for i, (_, text) in enumerate(insts):
     m = re.search(r"\bBRA(?:\.\w+)*\s+(?:[^,`]*,\s*)?(?:0x([0-9a-f]+)|`\((\.L_x_\d+)\))", text)
     if not m:
         continue
-    t = at.get(int(m.group(1), 16)) if m.group(1) else labels.get(m.group(2))
-    if t is not None and t <= i:
-        body = insts[t:i + 1]
-        n = sum(opcode(t) == "HGMMA" for _, t in body)
+    start = at.get(int(m.group(1), 16)) if m.group(1) else labels.get(m.group(2))
+    if start is not None and start <= i:
+        body = insts[start:i + 1]
+        n = sum(opcode(text) == "HGMMA" for _, text in body)
         if n:
             loops.append((n, -len(body), body))  # the innermost loop of the most wgmmas
 if not loops:
