@@ -80,11 +80,17 @@ __device__ __forceinline__ void f4_gemm1_w3(const F4Gemm1Args& a) {
 #endif
 }
 
-// GEMM2: y[row, f] for the tile's tokens and output features [128x,
-// 128x + 128), warpgroup h the 64 of [128x + 64h, +64). grid.x = K / 128.
+// GEMM2: y[row, f] for the tile's tokens and output features, warpgroup
+// h of CTA x the 64 of row group x TH / 128 + h: TH = KMOE_THREADS gives
+// [128x, 128x + 128) (grid.x = K / 128), TH = KMOE_F4_W3_THREADS three
+// warpgroups over [192x, 192x + 192) (f4W3* in abi.go; grid.x =
+// ceil(K / 192)) with the same k loop, so the same bits. Where K / 64 is
+// not a multiple of three the last CTA's spare warpgroups repeat its first
+// row group, so that they still stage their share of the tokens and pass
+// the barriers, and store nothing.
 // SYNC: 0 for the wgmma loop, else the mma.sync loop with SYNC steps ahead;
 // FIT: the wgmma loop at the tile's N (f4_k_loop_fit).
-template <int NT, int SYNC, bool FIT = false>
+template <int NT, int SYNC, bool FIT = false, int TH = KMOE_THREADS>
 __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
 #if defined(WG_ENABLED)
     auto& s = f4_smem<NT, SYNC>();
@@ -95,39 +101,15 @@ __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
     Tile tl;
     if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, nullptr, 0, s.src, &tl)) return;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    float acc[NT / 2];
-    u64 group = (u64)tl.expert * (a.k / 64) + blockIdx.x * 2 + (threadIdx.x >> 7); // this warpgroup's 64 rows
-    f4_tile_mma<NT, SYNC, FIT>(acc, s, a.aqbf, a.n, a.w, a.ws, group,
-                          InputWait{a.ready, (int)blockIdx.y, a.ready_target}, tl.count);
-    int f = blockIdx.x * 128 + warp * 16 + (lane >> 2);
-#pragma unroll
-    for (int i = 0; i < NT / 2; i++) {
-        int tok = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
-        if (tok < tl.count) a.y[(u64)(tl.row0 + tok) * a.k + f + 8 * ((i >> 1) & 1)] = acc[i];
+    int rg = blockIdx.x * (TH / 128) + (warp >> 2); // this warpgroup's 64 rows
+    bool spare = false;
+    if constexpr (TH == KMOE_F4_W3_THREADS) { // K / 128 CTAs of two warpgroups leave none spare
+        spare = rg >= a.k / 64;
+        if (spare) rg = blockIdx.x * (TH / 128);
     }
-#endif
-}
-
-// GEMM2 in three warpgroups (f4W3* in abi.go): CTA x takes output
-// features [192x, 192x + 192), warpgroup h the 64 of row group 3x + h,
-// with the two-warpgroup kernel's k loop (so the same bits). Where K / 64
-// is not a multiple of three the last CTA's spare warpgroups repeat its
-// first row group, so that they still stage their share of the tokens
-// and pass the barriers, and store nothing. grid.x = ceil(K / 192).
-template <int NT>
-__device__ __forceinline__ void f4_gemm2_w3(const F4Gemm2Args& a) {
-#if defined(WG_ENABLED)
-    auto& s = f4_smem<NT, 0>();
-    pdl_trigger(); // as f4_gemm2
-    Tile tl;
-    if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, nullptr, 0, s.src, &tl)) return;
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int rg = blockIdx.x * (KMOE_F4_W3_THREADS / 128) + (warp >> 2);
-    bool spare = rg >= a.k / 64;
-    if (spare) rg = blockIdx.x * (KMOE_F4_W3_THREADS / 128);
     float acc[NT / 2];
-    f4_tile_mma<NT, 0, false, KMOE_F4_W3_THREADS>(acc, s, a.aqbf, a.n, a.w, a.ws, (u64)tl.expert * (a.k / 64) + rg,
-                                                   InputWait{a.ready, (int)blockIdx.y, a.ready_target}, tl.count);
+    f4_tile_mma<NT, SYNC, FIT, TH>(acc, s, a.aqbf, a.n, a.w, a.ws, (u64)tl.expert * (a.k / 64) + rg,
+                                   InputWait{a.ready, (int)blockIdx.y, a.ready_target}, tl.count);
     if (spare) return;
     int f = rg * 64 + (warp & 3) * 16 + (lane >> 2);
 #pragma unroll
@@ -153,7 +135,7 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm1_act_
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm1_act_t256(const F4Gemm1Args a) { f4_gemm1_act<256, 0>(a); }
 static_assert(KMOE_F4_W3_FEATURES * 2 == 64 * (KMOE_F4_W3_THREADS / 128), "a warpgroup's 64 rows: 32 features' up and gate");
 extern "C" __global__ void __launch_bounds__(KMOE_F4_W3_THREADS, 1) kmoe_f4_gemm1_w3_t128(const F4Gemm1Args a) { f4_gemm1_w3<128>(a); }
-extern "C" __global__ void __launch_bounds__(KMOE_F4_W3_THREADS, 1) kmoe_f4_gemm2_w3_t128(const F4Gemm2Args a) { f4_gemm2_w3<128>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_F4_W3_THREADS, 1) kmoe_f4_gemm2_w3_t128(const F4Gemm2Args a) { f4_gemm2<128, 0, false, KMOE_F4_W3_THREADS>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 4) kmoe_f4_gemm2_t8(const F4Gemm2Args a) { f4_gemm2<8, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t16(const F4Gemm2Args a) { f4_gemm2<16, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t32(const F4Gemm2Args a) { f4_gemm2<32, 0>(a); }
