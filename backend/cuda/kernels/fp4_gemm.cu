@@ -220,22 +220,31 @@ __device__ __forceinline__ void act_requant_blocks4(const ActRequantArgs& a, u32
     if (live) *(uint2*)&a.aqbf[((u64)b * 32 + 4 * j) * 2] = h;
 }
 
+// Blocks first, first + step, ... below end, four a warp at a time (the
+// rows' expert e_row as act_requant_blocks4 takes it). situ: where KIND is
+// SiTU, the one parameter set of every row here (Kimi-K3's), whose
+// divisions are then chosen once a thread, not once an element (situ_k);
+// null where the rows' parameters differ.
+template <int KIND>
+__device__ __forceinline__ void act_requant_loop(const ActRequantArgs& a, u32 first, u32 end, u32 step, int e_row,
+                                                 const float* situ) {
+    if constexpr (KIND == KMOE_ACT_SITU) {
+        if (situ != nullptr) {
+            const SituK sk = situ_k(situ);
+            for (u32 b0 = first; b0 < end; b0 += step) act_requant_blocks4<KIND, true>(a, b0, end, e_row, sk);
+            return;
+        }
+    }
+    for (u32 b0 = first; b0 < end; b0 += step) act_requant_blocks4<KIND>(a, b0, end, e_row);
+}
+
 // Over the grid: warp w's blocks 4 (w + i nwarps) of the routed rows.
 // rows: offset[e_local] of the routing.
-// SiTU with one set of parameters (Kimi-K3's): their divisions are
-// chosen once a thread, not once an element (situ_k).
 template <int KIND>
 __device__ __forceinline__ void act_requant_rows(const ActRequantArgs& a, int rows) {
     const u32 total = (u32)rows * ((u32)a.n / 32), nwarps = gridDim.x * (blockDim.x >> 5);
     const u32 first = 4 * (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5));
-    if constexpr (KIND == KMOE_ACT_SITU) {
-        if (a.n_params == 1) {
-            const SituK sk = situ_k(a.params);
-            for (u32 b0 = first; b0 < total; b0 += 4 * nwarps) act_requant_blocks4<KIND, true>(a, b0, total, -1, sk);
-            return;
-        }
-    }
-    for (u32 b0 = first; b0 < total; b0 += 4 * nwarps) act_requant_blocks4<KIND>(a, b0, total, -1);
+    act_requant_loop<KIND>(a, first, total, 4 * nwarps, -1, a.n_params == 1 ? a.params : nullptr);
 }
 
 // By tile (a.done set; grid (TT, tiles)): CTA (r, t) takes row r of the
@@ -255,12 +264,9 @@ __device__ __forceinline__ void act_requant_tile(const ActRequantArgs& a) {
     if ((int)blockIdx.x < tl.count) {
         const u32 nb = (u32)a.n / 32, row = (u32)(tl.row0 + (int)blockIdx.x), end = (row + 1) * nb;
         const u32 first = row * nb + 4 * (threadIdx.x >> 5), step = 4 * (blockDim.x >> 5);
-        if constexpr (KIND == KMOE_ACT_SITU) { // the tile's one expert
-            const SituK sk = situ_k(a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE);
-            for (u32 b0 = first; b0 < end; b0 += step) act_requant_blocks4<KIND, true>(a, b0, end, tl.expert, sk);
-        } else {
-            for (u32 b0 = first; b0 < end; b0 += step) act_requant_blocks4<KIND>(a, b0, end, tl.expert);
-        }
+        // The tile's one expert: one parameter set.
+        act_requant_loop<KIND>(a, first, end, step, tl.expert,
+                               a.params + (a.n_params == 1 ? 0 : tl.expert) * KMOE_PARAM_STRIDE);
     }
     tile_signal(a.done + blockIdx.y);
 }
