@@ -682,6 +682,8 @@ var (
 	kF4Gemm1      = instances[f4Gemm1Args]("kmoe_f4_gemm1_act_t", f4Tiles)
 	kF4W3Gemm1    = spec[f4Gemm1Args]("kmoe_f4_gemm1_w3_t128")
 	kF4W3Gemm2    = spec[f4Gemm2Args]("kmoe_f4_gemm2_w3_t128")
+	kF4W3RGemm1   = spec[f4Gemm1Args]("kmoe_f4_gemm1_w3r_t128")
+	kF4W3RGemm2   = spec[f4Gemm2Args]("kmoe_f4_gemm2_w3r_t128")
 	kF4Gemm2      = instances[f4Gemm2Args]("kmoe_f4_gemm2_t", f4Tiles)
 	kF4FitGemm1   = instances[f4Gemm1Args]("kmoe_f4_gemm1_act_fit_t", f4FitTiles)
 	kF4FitGemm2   = instances[f4Gemm2Args]("kmoe_f4_gemm2_fit_t", f4FitTiles)
@@ -713,7 +715,7 @@ var decodeSubtiles = []int{1, 2, 4}
 
 var kernelSpecs = func() []kernelSpec {
 	all := []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize,
-		kDecPrologue, kXBF16, kRouteXBF16, kRouteXMany, kGatherRows, kAddRows, kF4SGemm2Deep, kActRequant, kF4W3Gemm1, kF4W3Gemm2}
+		kDecPrologue, kXBF16, kRouteXBF16, kRouteXMany, kGatherRows, kAddRows, kF4SGemm2Deep, kActRequant, kF4W3Gemm1, kF4W3Gemm2, kF4W3RGemm1, kF4W3RGemm2}
 	for _, m := range []map[int]kernelSpec{kDecGemm1, kDecGemm2, kWGGemm1, kWGGemm2, kF4Gemm1, kF4Gemm2, kF4FitGemm1, kF4FitGemm2, kF4SGemm1, kF4SGemm2} {
 		for _, k := range m {
 			all = append(all, k)

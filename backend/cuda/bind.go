@@ -102,6 +102,8 @@ type kernels struct {
 	actRequant   kernel[actRequantArgs] // GEMM1's epilogue on its own (Plan.ActKernel)
 	f4W3Gemm1    kernel[f4Gemm1Args]    // GEMM1 in three warpgroups (Plan.W3)
 	f4W3Gemm2    kernel[f4Gemm2Args]    // GEMM2 in three warpgroups (Plan.W3Gemm2)
+	f4W3RGemm1   kernel[f4Gemm1Args]    // ... their stages on mbarriers (Plan.Ring)
+	f4W3RGemm2   kernel[f4Gemm2Args]
 }
 
 func loadKernels(m cu.Module) (*kernels, error) {
@@ -163,6 +165,10 @@ func loadKernels(m cu.Module) (*kernels, error) {
 	k.f4W3Gemm1, err = bindSmem[f4Gemm1Args](m, kF4W3Gemm1, f4Smem(f4W3Tile))
 	add(err)
 	k.f4W3Gemm2, err = bindSmem[f4Gemm2Args](m, kF4W3Gemm2, f4Smem(f4W3Tile))
+	add(err)
+	k.f4W3RGemm1, err = bindSmem[f4Gemm1Args](m, kF4W3RGemm1, f4Smem(f4W3Tile))
+	add(err)
+	k.f4W3RGemm2, err = bindSmem[f4Gemm2Args](m, kF4W3RGemm2, f4Smem(f4W3Tile))
 	add(err)
 	return k, errors.Join(errs...)
 }

@@ -95,7 +95,10 @@
 // GEMM1 takes three (Plan.W3: 96 features a CTA, a third more warps to
 // hide the widening's latencies, the same bits), and GEMM2 takes three
 // on that tile wherever K / 64 row groups fill CTAs of three to within
-// one warpgroup in 50 (Plan.W3Gemm2: 192 output features a CTA). The
+// one warpgroup in 50 (Plan.W3Gemm2: 192 output features a CTA). Their
+// staged token steps are handed over on mbarriers, a full and an empty one
+// a stage, instead of a CTA barrier a step (Plan.Ring), so a warpgroup
+// waits for its stage, not for every other warpgroup. The
 // token tile grows with the tokens an expert gets (f4TileTokens at
 // f4EquivM: M for an expert-parallel layer, scaled by top-k over the
 // experts for a one-rank layer such as GPT-OSS's); the tiles of 32 to 64

@@ -417,51 +417,60 @@ func TestF4Padded(t *testing.T) {
 }
 
 // TestF4W3: GEMM1 and GEMM2 in three warpgroups (Plan.W3, 96 features
-// a GEMM1 CTA; Plan.W3Gemm2, 192 output features a GEMM2 CTA) give the
-// bits of the two-warpgroup grids, each switch on its own and both, at
-// the fewest tokens of the 128-token tile and at M=1500 (part-filled last
-// tiles): each warpgroup runs the same k loop on the same 64 weight rows,
-// so a warpgroup given another's rows, a token piece staged by the wrong
-// one of the 384 threads, a stage refilled while a warpgroup still reads
-// it, or a spare GEMM2 warpgroup (K = 3584 is 56 row groups, one short
-// of 19 CTAs of three) that stores would show as other bits. All agree
-// with the oracle; the forward launches both kernels; and ptxas kept
-// them out of local memory (a spill would cost more than the third
+// a GEMM1 CTA; Plan.W3Gemm2, 192 output features a GEMM2 CTA), each with
+// its stages on the CTA barrier or on mbarriers (Plan.Ring), give the
+// bits of the two-warpgroup grids, each switch on its own and together,
+// at the fewest tokens of the 128-token tile and at M=1500 (part-filled
+// last tiles): each warpgroup runs the same k loop on the same 64 weight
+// rows, so a warpgroup given another's rows, a token piece staged by the
+// wrong one of the 384 threads, a stage refilled while a warpgroup still
+// reads it or read before every thread's copies landed (a ring phase
+// miscounted), or a spare GEMM2 warpgroup (K = 3584 is 56 row groups,
+// one short of 19 CTAs of three) that stores would show as other bits.
+// All agree with the oracle; the forward launches each kernel; and ptxas
+// kept them out of local memory (a spill would cost more than the third
 // warpgroup gains).
 func TestF4W3(t *testing.T) {
 	b, l, s, w, o := kimiF4Layer(t)
-	set := func(off1, off2 bool) {
+	// way: three warpgroups off on GEMM1, on GEMM2, the ring off.
+	set := func(way [3]bool) {
 		t.Helper()
-		setLayer(t, l, func(u *Tuning) { u.NoW3, u.NoW3Gemm2 = off1, off2 })
+		setLayer(t, l, func(u *Tuning) { u.NoW3, u.NoW3Gemm2, u.NoRing = way[0], way[1], way[2] })
 	}
 	if w.K/64%3 == 0 {
 		t.Fatalf("K = %d: no spare GEMM2 warpgroup to check", w.K)
 	}
-	ways := [][2]bool{{true, true}, {false, true}, {true, false}, {false, false}}
+	ways := [][3]bool{{true, true, false}, {false, true, true}, {true, false, true}, {false, false, true},
+		{false, true, false}, {true, false, false}, {false, false, false}}
 	for _, m := range []int{f4T128Band[0], 1500} {
 		in := kimiInput(t, s, w, m, uint64(9700+m))
 		outs := make([][]float32, len(ways))
 		for i, off := range ways {
-			set(off[0], off[1])
-			if p := l.PlanFor(m, s.TopK); p.W3 == off[0] || p.W3Gemm2 == off[1] || p.Tile != 128 || !p.ActKernel {
-				t.Fatalf("M=%d, three warpgroups off %v: plan %s", m, off, p)
+			set(off)
+			p := l.PlanFor(m, s.TopK)
+			if p.W3 == off[0] || p.W3Gemm2 == off[1] || p.Ring != (p.W3 || p.W3Gemm2) && !off[2] || p.Tile != 128 || !p.ActKernel {
+				t.Fatalf("M=%d, off %v: plan %s", m, off, p)
 			}
 			outs[i] = forwardOut(t, l, in, m)
 		}
 		for i := 1; i < len(ways); i++ {
-			requireSameBits(t, m, fmt.Sprintf("three warpgroups on GEMM1 %v, GEMM2 %v", !ways[i][0], !ways[i][1]), outs[i],
-				"on neither", outs[0])
+			requireSameBits(t, m, fmt.Sprintf("three warpgroups on GEMM1 %v, GEMM2 %v, ring %v", !ways[i][0], !ways[i][1], !ways[i][2]),
+				outs[i], "on neither", outs[0])
 		}
-		comparePaths(t, o, in, w.K, [2]string{"both GEMMs in three warpgroups", "in two"}, [2][]float32{outs[3], outs[0]})
+		comparePaths(t, o, in, w.K, [2]string{"both GEMMs in three warpgroups on the ring", "in two"}, [2][]float32{outs[6], outs[0]})
 	}
-	set(false, false)
 	in := kimiInput(t, s, w, f4W3T128MinM, 9701)
+	set([3]bool{false, false, true})
 	requireLaunched(t, l, in, f4W3T128MinM, &b.k.f4W3Gemm1, "GEMM1 in three warpgroups")
 	requireLaunched(t, l, in, f4W3T128MinM, &b.k.f4W3Gemm2, "GEMM2 in three warpgroups")
+	set([3]bool{false, false, false})
+	requireLaunched(t, l, in, f4W3T128MinM, &b.k.f4W3RGemm1, "GEMM1 in three warpgroups on the ring")
+	requireLaunched(t, l, in, f4W3T128MinM, &b.k.f4W3RGemm2, "GEMM2 in three warpgroups on the ring")
 	for _, k := range []struct {
 		name string
 		fn   cu.Function
-	}{{"kmoe_f4_gemm1_w3_t128", b.k.f4W3Gemm1.fn}, {"kmoe_f4_gemm2_w3_t128", b.k.f4W3Gemm2.fn}} {
+	}{{"kmoe_f4_gemm1_w3_t128", b.k.f4W3Gemm1.fn}, {"kmoe_f4_gemm2_w3_t128", b.k.f4W3Gemm2.fn},
+		{"kmoe_f4_gemm1_w3r_t128", b.k.f4W3RGemm1.fn}, {"kmoe_f4_gemm2_w3r_t128", b.k.f4W3RGemm2.fn}} {
 		if n, err := cu.FuncLocalBytes(k.fn); err != nil || n != 0 {
 			t.Errorf("%s: %d bytes of local memory a thread (%v)", k.name, n, err)
 		}

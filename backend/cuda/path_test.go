@@ -103,7 +103,7 @@ func TestPlanIsWhatRuns(t *testing.T) {
 				}
 				if p.ActByTile && (!p.ActKernel || !p.TileReady) || p.Deep2 && p.Loop != LoopSync ||
 					p.W3 && (!p.ActKernel || p.Loop != LoopWGMMA || p.Tile != f4W3Tile) ||
-					p.W3Gemm2 && (p.Loop != LoopWGMMA || p.Tile != f4W3Tile) {
+					p.W3Gemm2 && (p.Loop != LoopWGMMA || p.Tile != f4W3Tile) || p.Ring != (p.W3 || p.W3Gemm2) {
 					t.Errorf("%s: inconsistent switches", p)
 				}
 			}

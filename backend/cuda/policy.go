@@ -243,6 +243,8 @@ func choosePlan(s planShape) Plan {
 		p.W3 = p.ActKernel && p.Loop == LoopWGMMA && p.Tile == f4W3Tile && f4W3Fits(s.n) && !t.NoW3
 		// GEMM2 so too where few of its warpgroups would idle.
 		p.W3Gemm2 = p.Loop == LoopWGMMA && p.Tile == f4W3Tile && f4W3Idle(padTo(s.k)) && !t.NoW3Gemm2
+		// Their stages on mbarriers, so a warpgroup waits for its stage, not every other warpgroup.
+		p.Ring = (p.W3 || p.W3Gemm2) && !t.NoRing
 	}
 	p.Tiles = maxTiles(entries, s.e, p.Tile)
 	bf16 := p.Path.bf16Operands()

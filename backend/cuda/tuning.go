@@ -32,6 +32,7 @@ type Tuning struct {
 	NoTileReady   bool // GEMM2 waits for all of GEMM1, not its own tile's CTAs
 	NoW3          bool // GEMM1 in two warpgroups where the policy picks three
 	NoW3Gemm2     bool // GEMM2 so
+	NoRing        bool // the three-warpgroup GEMMs meet at a CTA barrier each k step, not on their stages' mbarriers
 	Flush         Flush
 }
 
@@ -78,6 +79,7 @@ var tuningKeys = []tuningKey{
 	{"tile-ready", "off: GEMM2 waits for all of GEMM1", func(t *Tuning) any { return &t.NoTileReady }},
 	{"gemm1-w3", "off: GEMM1 in two warpgroups, not three", func(t *Tuning) any { return &t.NoW3 }},
 	{"gemm2-w3", "off: GEMM2 in two warpgroups, not three", func(t *Tuning) any { return &t.NoW3Gemm2 }},
+	{"w3-ring", "off: the three-warpgroup GEMMs meet at a barrier each k step", func(t *Tuning) any { return &t.NoRing }},
 	{"flush", "the timing's L2 flush: read, write or none", func(t *Tuning) any { return &t.Flush }},
 }
 

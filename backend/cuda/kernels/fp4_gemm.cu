@@ -18,13 +18,13 @@ __device__ __forceinline__ void store_up_gate(const float (&acc)[NS][4], int cou
 // rows (32 features' up and gate) of row group x TH / 128 + h of the
 // tile's expert: false where the CTA has no tile.
 #if defined(WG_ENABLED)
-template <int NT, int SYNC, bool FIT, int TH, typename Smem>
+template <int NT, int SYNC, bool FIT, int TH, bool RING = false, typename Smem>
 __device__ __forceinline__ bool f4_gemm1_mma(const F4Gemm1Args& a, Smem& s, Tile& tl, float (&acc)[NT / 2]) {
     pdl_wait(); // the routing and x (the prologue)
     pdl_trigger();
     if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, a.perm, a.top_k, s.src, &tl)) return false;
     u64 group = (u64)tl.expert * (a.n / 32) + blockIdx.x * (TH / 128) + (threadIdx.x >> 7);
-    f4_tile_mma<NT, SYNC, FIT, TH>(acc, s, a.xbf, a.k, a.w, a.ws, group, InputWait{nullptr, 0, 0}, tl.count); // waited above
+    f4_tile_mma<NT, SYNC, FIT, TH, RING>(acc, s, a.xbf, a.k, a.w, a.ws, group, InputWait{nullptr, 0, 0}, tl.count); // waited above
     return true;
 }
 #endif
@@ -66,13 +66,14 @@ __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
 // features [96x, 96x + 96), warpgroup h the 32 of [96x + 32h, +32), each
 // with the two-warpgroup kernel's k loop and register layout (so the same
 // bits), and stores up and gate for kmoe_act_requant. grid.x = N / 96.
-template <int NT>
+// RING: the k loop's stages on mbarriers (Plan.Ring), the same bits.
+template <int NT, bool RING>
 __device__ __forceinline__ void f4_gemm1_w3(const F4Gemm1Args& a) {
 #if defined(WG_ENABLED)
     auto& s = f4_smem<NT, 0>();
     Tile tl;
     float acc[NT / 2];
-    if (!f4_gemm1_mma<NT, 0, false, KMOE_F4_W3_THREADS>(a, s, tl, acc)) return;
+    if (!f4_gemm1_mma<NT, 0, false, KMOE_F4_W3_THREADS, RING>(a, s, tl, acc)) return;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     store_up_gate<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), tl.count, lane & 3, a.ug, tl.row0, a.n,
                           blockIdx.x * KMOE_F4_W3_FEATURES + warp * 8 + (lane >> 2));
@@ -89,8 +90,9 @@ __device__ __forceinline__ void f4_gemm1_w3(const F4Gemm1Args& a) {
 // row group, so that they still stage their share of the tokens and pass
 // the barriers, and store nothing.
 // SYNC: 0 for the wgmma loop, else the mma.sync loop with SYNC steps ahead;
-// FIT: the wgmma loop at the tile's N (f4_k_loop_fit).
-template <int NT, int SYNC, bool FIT = false, int TH = KMOE_THREADS>
+// FIT: the wgmma loop at the tile's N (f4_k_loop_fit); RING: as for
+// f4_gemm1_w3.
+template <int NT, int SYNC, bool FIT = false, int TH = KMOE_THREADS, bool RING = false>
 __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
 #if defined(WG_ENABLED)
     auto& s = f4_smem<NT, SYNC>();
@@ -108,7 +110,7 @@ __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
         if (spare) rg = blockIdx.x * (TH / 128);
     }
     float acc[NT / 2];
-    f4_tile_mma<NT, SYNC, FIT, TH>(acc, s, a.aqbf, a.n, a.w, a.ws, (u64)tl.expert * (a.k / 64) + rg,
+    f4_tile_mma<NT, SYNC, FIT, TH, RING>(acc, s, a.aqbf, a.n, a.w, a.ws, (u64)tl.expert * (a.k / 64) + rg,
                                    InputWait{a.ready, (int)blockIdx.y, a.ready_target}, tl.count);
     if (spare) return;
     int f = rg * 64 + (warp & 3) * 16 + (lane >> 2);
@@ -134,8 +136,10 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm1_act_
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm1_act_t128(const F4Gemm1Args a) { f4_gemm1_act<128, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 1) kmoe_f4_gemm1_act_t256(const F4Gemm1Args a) { f4_gemm1_act<256, 0>(a); }
 static_assert(KMOE_F4_W3_FEATURES * 2 == 64 * (KMOE_F4_W3_THREADS / 128), "a warpgroup's 64 rows: 32 features' up and gate");
-extern "C" __global__ void __launch_bounds__(KMOE_F4_W3_THREADS, 1) kmoe_f4_gemm1_w3_t128(const F4Gemm1Args a) { f4_gemm1_w3<128>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_F4_W3_THREADS, 1) kmoe_f4_gemm1_w3_t128(const F4Gemm1Args a) { f4_gemm1_w3<128, false>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_F4_W3_THREADS, 1) kmoe_f4_gemm2_w3_t128(const F4Gemm2Args a) { f4_gemm2<128, 0, false, KMOE_F4_W3_THREADS>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_F4_W3_THREADS, 1) kmoe_f4_gemm1_w3r_t128(const F4Gemm1Args a) { f4_gemm1_w3<128, true>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_F4_W3_THREADS, 1) kmoe_f4_gemm2_w3r_t128(const F4Gemm2Args a) { f4_gemm2<128, 0, false, KMOE_F4_W3_THREADS, true>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 4) kmoe_f4_gemm2_t8(const F4Gemm2Args a) { f4_gemm2<8, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t16(const F4Gemm2Args a) { f4_gemm2<16, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t32(const F4Gemm2Args a) { f4_gemm2<32, 0>(a); }

@@ -228,10 +228,11 @@ __device__ constexpr int f4_tile_ahead() {
 // both GEMMs. TH: the CTA's threads (the wgmma loop's only: its token
 // staging), W3's three warpgroups with fewer steps in flight (their
 // registers).
-template <int NT, int SYNC, bool FIT, int TH = KMOE_THREADS, typename Smem>
+template <int NT, int SYNC, bool FIT, int TH = KMOE_THREADS, bool RING = false, typename Smem>
 __device__ __forceinline__ void f4_tile_mma(float (&acc)[NT / 2], Smem& s, const u8* rows, int kdim, const u8* w,
                                             const u8* ws, u64 group, InputWait in, int ntok) {
     static_assert(TH == KMOE_THREADS || SYNC == 0 && !FIT, "three warpgroups on the plain wgmma loop only");
+    static_assert(!RING || TH == KMOE_F4_W3_THREADS, "the stage ring: the three-warpgroup GEMMs");
     constexpr int AH = TH == KMOE_THREADS ? f4_tile_ahead<NT, SYNC, FIT>() : KMOE_F4_W3_AHEAD;
     F4Weights<AH> wt;
     wt.begin(w, ws, group, kdim);
@@ -239,6 +240,6 @@ __device__ __forceinline__ void f4_tile_mma(float (&acc)[NT / 2], Smem& s, const
     for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
     if constexpr (SYNC != 0) f4s_k_loop<NT, SYNC>(acc, s, rows, kdim, wt, in, ntok);
     else if constexpr (FIT) f4_k_loop_fit<NT, NT>(acc, s, rows, kdim, wt, in, (ntok + 7) / 8);
-    else f4_k_loop<NT, NT, AH, f4_pipe<NT>(), TH>(acc, s, rows, kdim, wt, in);
+    else f4_k_loop<NT, NT, AH, f4_pipe<NT>(), TH, RING>(acc, s, rows, kdim, wt, in);
 }
 #endif

@@ -168,19 +168,44 @@ struct F4Weights {
 // warpgroup may still have the previous step's second chunk in flight,
 // and the stage refilled there is two steps back, retired either way.
 // TH: the CTA's threads, which stage the tokens together.
-template <int NT, int NE, int AH, bool PIPE = false, int TH = KMOE_THREADS>
+// RING (the three-warpgroup GEMMs, Plan.Ring; PIPE): no CTA barrier a
+// step. Stage st's full[st] completes once every thread's copies of its
+// step have landed (each thread waits for its own, fences them for the
+// tensor cores and arrives, half a step before the step), empty[st] once
+// every thread's wgmmas on it have retired (each arrives after the next
+// step's first chunk retires them); a warpgroup waits only for the stage
+// it reads and, half a step later, for the one it refills, so it may run
+// up to half a step ahead of the slowest where the barrier made it wait.
+template <int NT, int NE, int AH, bool PIPE = false, int TH = KMOE_THREADS, bool RING = false>
 __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, const u8* rows, int kdim,
                                           F4Weights<AH>& wt, InputWait in) {
     int nstep = wt.nstep;
     F4Pieces<NT, TH> pc;
     f4_pieces<NT, TH>(pc, s, rows, 2 * kdim);
-    in.wait(); // GEMM2: the weights above are loaded before GEMM1 ends, the tokens below after
     constexpr int S = f4_stages<NT>();
     static_assert(S >= 3, "a stage refilled two steps behind");
+    static_assert(!RING || PIPE, "RING: a step retired by the next one's first chunk");
+    u64 *full = nullptr, *empty = nullptr;
+    if constexpr (RING) {
+        __shared__ u64 bars[2][S];
+        full = bars[0];
+        empty = bars[1];
+        if (threadIdx.x < S) {
+            mbar_init(&full[threadIdx.x], TH);
+            mbar_init(&empty[threadIdx.x], TH);
+        }
+        __syncthreads();
+    }
+    in.wait(); // GEMM2: the weights above are loaded before GEMM1 ends, the tokens below after
 #pragma unroll
     for (int st = 0; st < S - 2; st++) {
         if (st < nstep) f4_stage<NT, NE, TH>(pc, st, st);
         cp_async_commit();
+    }
+    if constexpr (RING) {
+        cp_async_wait<S - 3>(); // step 0's copies (this thread's)
+        fence_proxy_async();
+        mbar_arrive(&full[0]);
     }
     u32 a[2][4][4];
     const u64 d0 = sw_desc(s.b[0][0]);
@@ -189,12 +214,16 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
         for (int u = 0; u < AH; u++) {
             int c = c0 + u;
             if (c >= nstep) break;
-            cp_async_wait<S - 3>(); // step c's tokens have landed (this thread's copies)
-            fence_proxy_async();    // ... and are visible to the tensor cores
-            __syncthreads();        // every thread's; and every warpgroup's wgmmas on step c - 1 are done
-            int nx = c + S - 2;     // into step c - 2's stage
-            if (nx < nstep) f4_stage<NT, NE, TH>(pc, nx % S, nx);
-            cp_async_commit();
+            int nx = c + S - 2; // into step c - 2's stage
+            if constexpr (RING) {
+                mbar_wait(&full[c % S], (u32)(c / S) & 1);
+            } else {
+                cp_async_wait<S - 3>(); // step c's tokens have landed (this thread's copies)
+                fence_proxy_async();    // ... and are visible to the tensor cores
+                __syncthreads();        // every thread's; and every warpgroup's wgmmas on step c - 1 are done
+                if (nx < nstep) f4_stage<NT, NE, TH>(pc, nx % S, nx);
+                cp_async_commit();
+            }
             // The descriptors, from stage 0's (the start address field
             // counts 16-byte units; no carry out of it within shared memory).
             u64 db = d0 + (u64)((c % S) * (int)sizeof(s.b[0]) >> 4);
@@ -206,6 +235,21 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
             for (int h = 0; h < 2; h++) {
                 f4_chunk<NT, NE, PIPE>(acc, a[PIPE ? h : 0], wt.raw[u][h], wt.sc.word(u, h), db + h * (sizeof(s.b[0][0]) >> 4));
                 wt.reload(u, h, c);
+                if constexpr (RING) {
+                    if (h == 0) {
+                        if (c >= 1) mbar_arrive(&empty[(c - 1) % S]); // step c - 1's last group retired in the chunk
+                        if (nx < nstep) {
+                            if (c >= 2) mbar_wait(&empty[nx % S], (u32)((c - 2) / S) & 1);
+                            f4_stage<NT, NE, TH>(pc, nx % S, nx);
+                        }
+                        cp_async_commit();
+                        if (c + 1 < nstep) {
+                            cp_async_wait<S - 3>(); // step c + 1's copies (this thread's)
+                            fence_proxy_async();
+                            mbar_arrive(&full[(c + 1) % S]);
+                        }
+                    }
+                }
             }
         }
     }

@@ -214,6 +214,24 @@ template <int N>
 __device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// Shared-memory mbarriers (the three-warpgroup GEMMs' stage ring,
+// f4_k_loop's RING): initialized before any use (a CTA barrier after
+// it); an arrival releases this thread's earlier writes, a wait returns
+// once the phase of the given parity has completed and acquires them.
+__device__ __forceinline__ void mbar_init(u64* b, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u64* b) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(smem_addr(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(u64* b, u32 parity) {
+    asm volatile("{\n.reg .pred p;\nLAB_WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra LAB_WAIT;\n}\n" ::"r"(smem_addr(b)),
+                 "r"(parity)
+                 : "memory");
+}
+
 // d += A (64 x 16, descriptor da) x B (16 x BN, descriptor db), BF16,
 // float32 accumulators (the shapes: wgmma_gen.go).
 template <int BN>
