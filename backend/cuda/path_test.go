@@ -103,7 +103,7 @@ func TestPlanIsWhatRuns(t *testing.T) {
 				}
 				if p.ActByTile && (!p.ActKernel || !p.TileReady) || p.Deep2 && p.Loop != LoopSync ||
 					p.W3 && (!p.ActKernel || p.Loop != LoopWGMMA || p.Tile != f4W3Tile) ||
-					p.W3Gemm2 && (p.Loop != LoopWGMMA || p.Tile != f4W3Tile) || p.Ring != (p.W3 || p.W3Gemm2) {
+					p.W3Gemm2 && (p.Loop != LoopWGMMA || p.Tile != f4W3Tile) || p.Ring && !p.W3 && !p.W3Gemm2 {
 					t.Errorf("%s: inconsistent switches", p)
 				}
 			}
@@ -312,6 +312,30 @@ func TestF4W3Gemm2Range(t *testing.T) {
 	oss.k, oss.n, oss.e, oss.topk, oss.allLocal = 2944, 2880, 128, 4, true
 	if p := choosePlan(oss); p.W3Gemm2 || p.Tile != 128 {
 		t.Errorf("GPT-OSS-120B M=8192: %s", p)
+	}
+}
+
+// TestF4Ring: the stage ring (Plan.Ring) goes with the three-warpgroup
+// GEMMs, either of them, since only their k loop has it (f4_tile_mma's
+// static_assert), and --tune w3-ring=off takes it away alone.
+func TestF4Ring(t *testing.T) {
+	for _, c := range []struct {
+		m    int
+		tu   Tuning
+		want bool
+	}{{8192, Tuning{}, true}, {2048, Tuning{NoW3: true}, true}, {2048, Tuning{NoW3Gemm2: true}, true},
+		{2048, Tuning{NoW3: true, NoW3Gemm2: true}, false}, {256, Tuning{}, false}, {8192, Tuning{FP4Tile: 64}, false}} {
+		p := choosePlan(kimiShape(c.m, c.tu))
+		if p.Ring != c.want {
+			t.Errorf("M=%d %+v: %s; want the ring %v", c.m, c.tu, p, c.want)
+		}
+		c.tu.NoRing = true
+		if q := choosePlan(kimiShape(c.m, c.tu)); q.Ring || q.W3 != p.W3 || q.W3Gemm2 != p.W3Gemm2 {
+			t.Errorf("M=%d %+v: %s", c.m, c.tu, q)
+		}
+	}
+	if tu, err := ParseTuning("w3-ring=off"); err != nil || !tu.NoRing {
+		t.Errorf("w3-ring=off: %+v, %v", tu, err)
 	}
 }
 
