@@ -448,7 +448,8 @@ func TestF4W3(t *testing.T) {
 		for i, off := range ways {
 			set(off)
 			p := l.PlanFor(m, s.TopK)
-			if p.W3 == off[0] || p.W3Gemm2 == off[1] || p.Ring != (p.W3 || p.W3Gemm2) && !off[2] || p.Tile != 128 || !p.ActKernel {
+			ring := (p.W3 || p.W3Gemm2) && !off[2]
+			if p.W3 == off[0] || p.W3Gemm2 == off[1] || p.Ring != ring || p.Tile != 128 || !p.ActKernel {
 				t.Fatalf("M=%d, off %v: plan %s", m, off, p)
 			}
 			outs[i] = forwardOut(t, l, in, m)
