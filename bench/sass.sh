@@ -17,7 +17,7 @@
 # SASS_OUT, if set, is a folder that receives each kernel's loop listing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-kernels=${1:-kmoe_f4_gemm1_w3_t128,kmoe_f4_gemm2_w3_t128,kmoe_f4_gemm2_t128}
+kernels=${1:-kmoe_f4_gemm1_w3r_t128,kmoe_f4_gemm2_w3r_t128,kmoe_f4_gemm2_t128}
 if command -v go >/dev/null; then
   go build -buildvcs=true -o /tmp/kimimoe-bench ./cmd/kimimoe || exit 1
   KIMIMOE=/tmp/kimimoe-bench
