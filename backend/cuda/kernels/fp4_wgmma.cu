@@ -160,6 +160,18 @@ struct F4Weights {
     }
 };
 
+// The oldest step this thread staged has landed: its own cp.async
+// copies, S - 3 younger groups left in flight, are complete and made
+// visible to the tensor cores; ARRIVE (the ring) also counts the thread
+// on the stage's full mbarrier, where the plain loop meets at the CTA
+// barrier next.
+template <int S, bool ARRIVE>
+__device__ __forceinline__ void f4_stage_landed(u64* full) {
+    cp_async_wait<S - 3>();
+    fence_proxy_async();
+    if constexpr (ARRIVE) mbar_arrive(full);
+}
+
 // The k loop: acc (this thread's NT/2 accumulators of its warpgroup's 64
 // rows x NT tokens) += weights (wt, begun) x tokens over kdim k (a
 // multiple of 128), in steps of 128 k (two layout chunks), on the tile's
@@ -202,11 +214,7 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
         if (st < nstep) f4_stage<NT, NE, TH>(pc, st, st);
         cp_async_commit();
     }
-    if constexpr (RING) {
-        cp_async_wait<S - 3>(); // step 0's copies (this thread's)
-        fence_proxy_async();
-        mbar_arrive(&full[0]);
-    }
+    if constexpr (RING) f4_stage_landed<S, true>(&full[0]); // step 0's
     u32 a[2][4][4];
     const u64 d0 = sw_desc(s.b[0][0]);
     for (int c0 = 0; c0 < nstep; c0 += AH) {
@@ -218,9 +226,8 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
             if constexpr (RING) {
                 mbar_wait(&full[c % S], (u32)(c / S) & 1);
             } else {
-                cp_async_wait<S - 3>(); // step c's tokens have landed (this thread's copies)
-                fence_proxy_async();    // ... and are visible to the tensor cores
-                __syncthreads();        // every thread's; and every warpgroup's wgmmas on step c - 1 are done
+                f4_stage_landed<S, false>(nullptr); // step c's (this thread's copies)
+                __syncthreads(); // every thread's; and every warpgroup's wgmmas on step c - 1 are done
                 if (nx < nstep) f4_stage<NT, NE, TH>(pc, nx % S, nx);
                 cp_async_commit();
             }
@@ -243,11 +250,7 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
                             f4_stage<NT, NE, TH>(pc, nx % S, nx);
                         }
                         cp_async_commit();
-                        if (c + 1 < nstep) {
-                            cp_async_wait<S - 3>(); // step c + 1's copies (this thread's)
-                            fence_proxy_async();
-                            mbar_arrive(&full[(c + 1) % S]);
-                        }
+                        if (c + 1 < nstep) f4_stage_landed<S, true>(&full[(c + 1) % S]); // step c + 1's
                     }
                 }
             }
