@@ -430,6 +430,12 @@ const (
 	f4W3Ahead    = 2
 )
 
+// f4W3FitStep is the token step of the three-warpgroup ring GEMMs' fitted
+// loops (kmoe_f4_*_w3rf_t128, Plan.W3Fit): a tile runs its wgmmas at its
+// tokens rounded up to a multiple of it, eight loops of 16 to 128 in one
+// kernel rather than sixteen of 8.
+const f4W3FitStep = 16
+
 // GEMM2 in three warpgroups (kmoe_f4_gemm2_w3_t128, Plan.W3Gemm2): the
 // same CTA over 192 output features, three row groups of 64, grid
 // ceil(K / 192); a last CTA with fewer row groups left repeats one on
@@ -684,6 +690,8 @@ var (
 	kF4W3Gemm2    = spec[f4Gemm2Args]("kmoe_f4_gemm2_w3_t128")
 	kF4W3RGemm1   = spec[f4Gemm1Args]("kmoe_f4_gemm1_w3r_t128")
 	kF4W3RGemm2   = spec[f4Gemm2Args]("kmoe_f4_gemm2_w3r_t128")
+	kF4W3RFGemm1  = spec[f4Gemm1Args]("kmoe_f4_gemm1_w3rf_t128")
+	kF4W3RFGemm2  = spec[f4Gemm2Args]("kmoe_f4_gemm2_w3rf_t128")
 	kF4Gemm2      = instances[f4Gemm2Args]("kmoe_f4_gemm2_t", f4Tiles)
 	kF4FitGemm1   = instances[f4Gemm1Args]("kmoe_f4_gemm1_act_fit_t", f4FitTiles)
 	kF4FitGemm2   = instances[f4Gemm2Args]("kmoe_f4_gemm2_fit_t", f4FitTiles)
@@ -715,7 +723,8 @@ var decodeSubtiles = []int{1, 2, 4}
 
 var kernelSpecs = func() []kernelSpec {
 	all := []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize,
-		kDecPrologue, kXBF16, kRouteXBF16, kRouteXMany, kGatherRows, kAddRows, kF4SGemm2Deep, kActRequant, kF4W3Gemm1, kF4W3Gemm2, kF4W3RGemm1, kF4W3RGemm2}
+		kDecPrologue, kXBF16, kRouteXBF16, kRouteXMany, kGatherRows, kAddRows, kF4SGemm2Deep, kActRequant, kF4W3Gemm1, kF4W3Gemm2, kF4W3RGemm1, kF4W3RGemm2,
+		kF4W3RFGemm1, kF4W3RFGemm2}
 	for _, m := range []map[int]kernelSpec{kDecGemm1, kDecGemm2, kWGGemm1, kWGGemm2, kF4Gemm1, kF4Gemm2, kF4FitGemm1, kF4FitGemm2, kF4SGemm1, kF4SGemm2} {
 		for _, k := range m {
 			all = append(all, k)

@@ -106,7 +106,7 @@ func abiHeader() string {
 		{"F4S_SMEM_T8", f4sSmem(8)}, {"F4S_SMEM_T16", f4sSmem(16)},
 		{"F4_CHUNK_BYTES", f4ChunkBytes}, {"F4_CHUNK_SCALES", f4ChunkScales}, {"F4_TILE_MAX", abiF4TileMax},
 		{"F4_FIT_TILE_MAX", f4FitTiles[len(f4FitTiles)-1]}, {"F4_FIT_PIPE", f4FitPipe}, {"F4_FIT_PIPE_AHEAD", f4FitPipeAhead}, {"F4_PIPE_MIN_T", f4PipeMinTokens},
-		{"F4_W3_THREADS", f4W3Threads}, {"F4_W3_FEATURES", f4W3Features}, {"F4_W3_AHEAD", f4W3Ahead},
+		{"F4_W3_THREADS", f4W3Threads}, {"F4_W3_FEATURES", f4W3Features}, {"F4_W3_AHEAD", f4W3Ahead}, {"F4_W3_FIT_STEP", f4W3FitStep},
 	} {
 		fmt.Fprintf(&b, "#define KMOE_%s %d\n", d.name, d.v)
 	}

@@ -104,6 +104,8 @@ type kernels struct {
 	f4W3Gemm2    kernel[f4Gemm2Args]    // GEMM2 in three warpgroups (Plan.W3Gemm2)
 	f4W3RGemm1   kernel[f4Gemm1Args]    // ... their stages on mbarriers (Plan.Ring)
 	f4W3RGemm2   kernel[f4Gemm2Args]
+	f4W3RFGemm1  kernel[f4Gemm1Args] // ... at the tile's tokens (Plan.W3Fit)
+	f4W3RFGemm2  kernel[f4Gemm2Args]
 }
 
 func loadKernels(m cu.Module) (*kernels, error) {
@@ -169,6 +171,10 @@ func loadKernels(m cu.Module) (*kernels, error) {
 	k.f4W3RGemm1, err = bindSmem[f4Gemm1Args](m, kF4W3RGemm1, f4Smem(f4W3Tile))
 	add(err)
 	k.f4W3RGemm2, err = bindSmem[f4Gemm2Args](m, kF4W3RGemm2, f4Smem(f4W3Tile))
+	add(err)
+	k.f4W3RFGemm1, err = bindSmem[f4Gemm1Args](m, kF4W3RFGemm1, f4Smem(f4W3Tile))
+	add(err)
+	k.f4W3RFGemm2, err = bindSmem[f4Gemm2Args](m, kF4W3RFGemm2, f4Smem(f4W3Tile))
 	add(err)
 	return k, errors.Join(errs...)
 }

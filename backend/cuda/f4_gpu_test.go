@@ -435,7 +435,7 @@ func TestF4W3(t *testing.T) {
 	// way: three warpgroups off on GEMM1, on GEMM2, the ring off.
 	set := func(way [3]bool) {
 		t.Helper()
-		setLayer(t, l, func(u *Tuning) { u.NoW3, u.NoW3Gemm2, u.NoRing = way[0], way[1], way[2] })
+		setLayer(t, l, func(u *Tuning) { u.NoW3, u.NoW3Gemm2, u.NoRing, u.W3FitMaxM = way[0], way[1], way[2], -1 }) // TestF4W3Fit's
 	}
 	if w.K/64%3 == 0 {
 		t.Fatalf("K = %d: no spare GEMM2 warpgroup to check", w.K)
@@ -472,6 +472,47 @@ func TestF4W3(t *testing.T) {
 		fn   cu.Function
 	}{{"kmoe_f4_gemm1_w3_t128", b.k.f4W3Gemm1.fn}, {"kmoe_f4_gemm2_w3_t128", b.k.f4W3Gemm2.fn},
 		{"kmoe_f4_gemm1_w3r_t128", b.k.f4W3RGemm1.fn}, {"kmoe_f4_gemm2_w3r_t128", b.k.f4W3RGemm2.fn}} {
+		if n, err := cu.FuncLocalBytes(k.fn); err != nil || n != 0 {
+			t.Errorf("%s: %d bytes of local memory a thread (%v)", k.name, n, err)
+		}
+	}
+}
+
+// TestF4W3Fit: the three-warpgroup ring GEMMs at each tile's tokens
+// rounded up to f4W3FitStep (Plan.W3Fit, the _w3rf_ kernels) give the
+// bits of the same kernels at the tile's 128: a column past the tile's
+// tokens holds a zero row's products, which no token reads, so a tile
+// given too few columns (its last tokens' products never computed), a
+// token row staged past the loop's N, or a loop picked for another tile
+// would show as other bits. The 128-token tile is forced from M=40
+// (about 11 tokens an expert: the 16-token loop) through M=256 (73: the
+// 64- to 112-token loops) to M=1500 (three full tiles an expert and a
+// part-filled one: 128 and 16 to 80), so most of the eight loops run.
+// Both agree with the oracle, the forward launches both fitted kernels,
+// and ptxas kept them out of local memory.
+func TestF4W3Fit(t *testing.T) {
+	b, l, s, w, o := kimiF4Layer(t)
+	for _, m := range []int{40, 256, 1500} {
+		in := kimiInput(t, s, w, m, uint64(9800+m))
+		var outs [2][]float32
+		for i, fit := range []int{-1, 0} {
+			setLayer(t, l, func(u *Tuning) { u.FP4Tile, u.FP4ActMinM, u.W3FitMaxM = f4W3Tile, 1, fit })
+			p := l.PlanFor(m, s.TopK)
+			if !p.W3 || !p.W3Gemm2 || !p.Ring || p.W3Fit != (fit == 0) {
+				t.Fatalf("M=%d, w3-fit-max-m=%d: plan %s", m, fit, p)
+			}
+			outs[i] = forwardOut(t, l, in, m)
+		}
+		requireSameBits(t, m, "fitted to the tile", outs[1], "at 128 tokens", outs[0])
+		comparePaths(t, o, in, w.K, [2]string{"at 128 tokens", "fitted to the tile"}, outs)
+	}
+	in := kimiInput(t, s, w, 256, 9801)
+	requireLaunched(t, l, in, 256, &b.k.f4W3RFGemm1, "GEMM1 fitted to the tile")
+	requireLaunched(t, l, in, 256, &b.k.f4W3RFGemm2, "GEMM2 fitted to the tile")
+	for _, k := range []struct {
+		name string
+		fn   cu.Function
+	}{{"kmoe_f4_gemm1_w3rf_t128", b.k.f4W3RFGemm1.fn}, {"kmoe_f4_gemm2_w3rf_t128", b.k.f4W3RFGemm2.fn}} {
 		if n, err := cu.FuncLocalBytes(k.fn); err != nil || n != 0 {
 			t.Errorf("%s: %d bytes of local memory a thread (%v)", k.name, n, err)
 		}

@@ -44,6 +44,9 @@ func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 			if p.Ring {
 				g1 = b.k.f4W3RGemm1
 			}
+			if p.W3Fit {
+				g1 = b.k.f4W3RFGemm1
+			}
 		}
 		return g1.launchMaybePDL(p.PDL, [3]int{gemm1CTAs, p.Tiles, 1}, threads, smem, s,
 			&f4Gemm1Args{XBF: ws.xbf, W: l.f4.w31, WS: l.f4.w31s, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
@@ -71,6 +74,9 @@ func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 			g2, ctas, threads = b.k.f4W3Gemm2, (kp+f4W3Gemm2Rows-1)/f4W3Gemm2Rows, f4W3Threads
 			if p.Ring {
 				g2 = b.k.f4W3RGemm2
+			}
+			if p.W3Fit {
+				g2 = b.k.f4W3RFGemm2
 			}
 		}
 		return g2.launchMaybePDL(p.PDL, [3]int{ctas, p.Tiles, 1}, threads, smem, s,

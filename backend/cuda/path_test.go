@@ -103,7 +103,8 @@ func TestPlanIsWhatRuns(t *testing.T) {
 				}
 				if p.ActByTile && (!p.ActKernel || !p.TileReady) || p.Deep2 && p.Loop != LoopSync ||
 					p.W3 && (!p.ActKernel || p.Loop != LoopWGMMA || p.Tile != f4W3Tile) ||
-					p.W3Gemm2 && (p.Loop != LoopWGMMA || p.Tile != f4W3Tile) || p.Ring && !p.W3 && !p.W3Gemm2 {
+					p.W3Gemm2 && (p.Loop != LoopWGMMA || p.Tile != f4W3Tile) || p.Ring && !p.W3 && !p.W3Gemm2 ||
+					p.W3Fit && !p.Ring {
 					t.Errorf("%s: inconsistent switches", p)
 				}
 			}
@@ -336,6 +337,26 @@ func TestF4Ring(t *testing.T) {
 	}
 	if tu, err := ParseTuning("w3-ring=off"); err != nil || !tu.NoRing {
 		t.Errorf("w3-ring=off: %+v, %v", tu, err)
+	}
+}
+
+// The fitted ring kernels (Plan.W3Fit) follow the ring up to
+// w3FitMaxMDefault tokens and w3-fit-max-m: never without the ring (they
+// are its kernels), never where the tuning says -1 or a bound below M.
+func TestF4W3FitPlan(t *testing.T) {
+	for _, c := range []struct {
+		m    int
+		tu   Tuning
+		want bool
+	}{{8192, Tuning{}, 8192 <= w3FitMaxMDefault}, {2048, Tuning{}, 2048 <= w3FitMaxMDefault}, {512, Tuning{FP4Tile: 128}, true},
+		{2048, Tuning{NoRing: true}, false}, {2048, Tuning{W3FitMaxM: -1}, false}, {2048, Tuning{W3FitMaxM: 1024}, false},
+		{1024, Tuning{W3FitMaxM: 1024}, true}, {256, Tuning{}, false}, {8192, Tuning{FP4Tile: 64}, false}} {
+		if p := choosePlan(kimiShape(c.m, c.tu)); p.W3Fit != c.want {
+			t.Errorf("M=%d %+v: %s; want fitted %v", c.m, c.tu, p, c.want)
+		}
+	}
+	if tu, err := ParseTuning("w3-fit-max-m=-1"); err != nil || tu.W3FitMaxM != -1 {
+		t.Errorf("w3-fit-max-m=-1: %+v, %v", tu, err)
 	}
 }
 

@@ -77,6 +77,7 @@ type Plan struct {
 	W3        bool     // wgmma-fp4: GEMM1 in three warpgroups (kmoe_f4_gemm1_w3_t128), the activation kernel after it
 	W3Gemm2   bool     // wgmma-fp4: GEMM2 in three warpgroups (kmoe_f4_gemm2_w3_t128)
 	Ring      bool     // wgmma-fp4: the three-warpgroup GEMMs' stages on mbarriers, no CTA barrier a step (the _w3r_ kernels)
+	W3Fit     bool     // ... their wgmmas at the tile's tokens rounded up to f4W3FitStep (the _w3rf_ kernels)
 	TileReady bool     // wgmma-fp4: GEMM2 waits for its tile's producers, not all of them
 	Prologue  Prologue // grouped paths
 	Steps     []string // the launches, in order (Profile's names)
@@ -101,7 +102,7 @@ func (p Plan) String() string {
 		for _, f := range []struct {
 			on   bool
 			what string
-		}{{p.Deep2, "deep GEMM2"}, {p.PDL, "PDL"}, {p.TileReady, "tile-ready"}, {p.ActByTile, "activation by tile"}, {p.W3, "GEMM1 in three warpgroups"}, {p.W3Gemm2, "GEMM2 in three warpgroups"}, {p.Ring, "stage ring"}} {
+		}{{p.Deep2, "deep GEMM2"}, {p.PDL, "PDL"}, {p.TileReady, "tile-ready"}, {p.ActByTile, "activation by tile"}, {p.W3, "GEMM1 in three warpgroups"}, {p.W3Gemm2, "GEMM2 in three warpgroups"}, {p.Ring, "stage ring"}, {p.W3Fit, "fitted to the tile"}} {
 			if f.on {
 				b.WriteString(", " + f.what)
 			}

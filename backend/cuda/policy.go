@@ -84,6 +84,11 @@ var f4T128Band = [2]int{288, 432}
 
 const f4W3T128MinM = 656
 
+// w3FitMaxMDefault is the most tokens whose three-warpgroup ring GEMMs
+// run each tile's wgmmas at its tokens rounded up to f4W3FitStep (the
+// kernels with one loop per N, Plan.W3Fit).
+const w3FitMaxMDefault = math.MaxInt32
+
 // f4W3Fits reports whether GEMM1 runs in three warpgroups on the
 // 128-token tile at intermediate size n: its padded N a whole number of
 // the kernel's 96-feature CTAs.
@@ -245,6 +250,8 @@ func choosePlan(s planShape) Plan {
 		p.W3Gemm2 = p.Loop == LoopWGMMA && p.Tile == f4W3Tile && f4W3Idle(padTo(s.k)) && !t.NoW3Gemm2
 		// Their stages on mbarriers, so a warpgroup waits for its stage, not every other warpgroup.
 		p.Ring = (p.W3 || p.W3Gemm2) && !t.NoRing
+		// ... at the tile's tokens, so a part-filled tile pays the MMAs of its tokens only.
+		p.W3Fit = p.Ring && em <= or(t.W3FitMaxM, w3FitMaxMDefault)
 	}
 	p.Tiles = maxTiles(entries, s.e, p.Tile)
 	bf16 := p.Path.bf16Operands()

@@ -33,6 +33,7 @@ type Tuning struct {
 	NoW3          bool // GEMM1 in two warpgroups where the policy picks three
 	NoW3Gemm2     bool // GEMM2 so
 	NoRing        bool // the three-warpgroup GEMMs meet at a CTA barrier each k step, not on their stages' mbarriers
+	W3FitMaxM     int  // most tokens whose ring GEMMs run at the tile's tokens (Plan.W3Fit); 0: policy; -1: never
 	Flush         Flush
 }
 
@@ -80,6 +81,7 @@ var tuningKeys = []tuningKey{
 	{"gemm1-w3", "off: GEMM1 in two warpgroups, not three", func(t *Tuning) any { return &t.NoW3 }},
 	{"gemm2-w3", "off: GEMM2 in two warpgroups, not three", func(t *Tuning) any { return &t.NoW3Gemm2 }},
 	{"w3-ring", "off: the three-warpgroup GEMMs meet at a barrier each k step", func(t *Tuning) any { return &t.NoRing }},
+	{"w3-fit-max-m", "most M whose ring GEMMs run at the tile's tokens (-1: never)", func(t *Tuning) any { return &t.W3FitMaxM }},
 	{"flush", "the timing's L2 flush: read, write or none", func(t *Tuning) any { return &t.Flush }},
 }
 

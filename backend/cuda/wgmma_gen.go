@@ -17,7 +17,7 @@ import (
 // tiles); wgmmaSSShapes those of the shared-memory form (the wgmma path's
 // weight rows a tile, wgRows).
 var (
-	wgmmaRSShapes = []int{8, 16, 24, 32, 40, 48, 56, 64, 128, 256}
+	wgmmaRSShapes = []int{8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 256}
 	wgmmaSSShapes = wgRows
 )
 

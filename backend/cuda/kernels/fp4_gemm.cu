@@ -66,14 +66,16 @@ __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
 // features [96x, 96x + 96), warpgroup h the 32 of [96x + 32h, +32), each
 // with the two-warpgroup kernel's k loop and register layout (so the same
 // bits), and stores up and gate for kmoe_act_requant. grid.x = N / 96.
-// RING: the k loop's stages on mbarriers (Plan.Ring), the same bits.
-template <int NT, bool RING>
+// RING: the k loop's stages on mbarriers (Plan.Ring), the same bits;
+// FIT (on the ring only): the loop at the tile's tokens rounded up to a
+// whole KMOE_F4_W3_FIT_STEP (Plan.W3Fit), the same bits again.
+template <int NT, bool RING, bool FIT = false>
 __device__ __forceinline__ void f4_gemm1_w3(const F4Gemm1Args& a) {
 #if defined(WG_ENABLED)
     auto& s = f4_smem<NT, 0>();
     Tile tl;
     float acc[NT / 2];
-    if (!f4_gemm1_mma<NT, 0, false, KMOE_F4_W3_THREADS, RING>(a, s, tl, acc)) return;
+    if (!f4_gemm1_mma<NT, 0, FIT, KMOE_F4_W3_THREADS, RING>(a, s, tl, acc)) return;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     store_up_gate<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), tl.count, lane & 3, a.ug, tl.row0, a.n,
                           blockIdx.x * KMOE_F4_W3_FEATURES + warp * 8 + (lane >> 2));
@@ -140,6 +142,8 @@ extern "C" __global__ void __launch_bounds__(KMOE_F4_W3_THREADS, 1) kmoe_f4_gemm
 extern "C" __global__ void __launch_bounds__(KMOE_F4_W3_THREADS, 1) kmoe_f4_gemm2_w3_t128(const F4Gemm2Args a) { f4_gemm2<128, 0, false, KMOE_F4_W3_THREADS>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_F4_W3_THREADS, 1) kmoe_f4_gemm1_w3r_t128(const F4Gemm1Args a) { f4_gemm1_w3<128, true>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_F4_W3_THREADS, 1) kmoe_f4_gemm2_w3r_t128(const F4Gemm2Args a) { f4_gemm2<128, 0, false, KMOE_F4_W3_THREADS, true>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_F4_W3_THREADS, 1) kmoe_f4_gemm1_w3rf_t128(const F4Gemm1Args a) { f4_gemm1_w3<128, true, true>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_F4_W3_THREADS, 1) kmoe_f4_gemm2_w3rf_t128(const F4Gemm2Args a) { f4_gemm2<128, 0, true, KMOE_F4_W3_THREADS, true>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 4) kmoe_f4_gemm2_t8(const F4Gemm2Args a) { f4_gemm2<8, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t16(const F4Gemm2Args a) { f4_gemm2<16, 0>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 3) kmoe_f4_gemm2_t32(const F4Gemm2Args a) { f4_gemm2<32, 0>(a); }

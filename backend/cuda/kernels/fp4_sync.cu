@@ -231,7 +231,7 @@ __device__ constexpr int f4_tile_ahead() {
 template <int NT, int SYNC, bool FIT, int TH = KMOE_THREADS, bool RING = false, typename Smem>
 __device__ __forceinline__ void f4_tile_mma(float (&acc)[NT / 2], Smem& s, const u8* rows, int kdim, const u8* w,
                                             const u8* ws, u64 group, InputWait in, int ntok) {
-    static_assert(TH == KMOE_THREADS || SYNC == 0 && !FIT, "three warpgroups on the plain wgmma loop only");
+    static_assert(TH == KMOE_THREADS || SYNC == 0 && (!FIT || RING), "three warpgroups: the wgmma loop, fitted on the ring");
     static_assert(!RING || TH == KMOE_F4_W3_THREADS, "the stage ring: the three-warpgroup GEMMs");
     constexpr int AH = TH == KMOE_THREADS ? f4_tile_ahead<NT, SYNC, FIT>() : KMOE_F4_W3_AHEAD;
     F4Weights<AH> wt;
@@ -239,6 +239,8 @@ __device__ __forceinline__ void f4_tile_mma(float (&acc)[NT / 2], Smem& s, const
 #pragma unroll
     for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
     if constexpr (SYNC != 0) f4s_k_loop<NT, SYNC>(acc, s, rows, kdim, wt, in, ntok);
+    else if constexpr (FIT && TH != KMOE_THREADS)
+        f4_k_loop_fit<NT, NT, AH, KMOE_F4_W3_FIT_STEP, f4_pipe<NT>(), TH, RING>(acc, s, rows, kdim, wt, in, (ntok + 7) / 8);
     else if constexpr (FIT) f4_k_loop_fit<NT, NT>(acc, s, rows, kdim, wt, in, (ntok + 7) / 8);
     else f4_k_loop<NT, NT, AH, f4_pipe<NT>(), TH, RING>(acc, s, rows, kdim, wt, in);
 }

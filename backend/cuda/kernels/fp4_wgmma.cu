@@ -262,21 +262,25 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
     cp_async_wait<0>();
 }
 
-// The k loop at N = the tile's tokens rounded up to a whole 8 (ng groups
-// of 8; the _fit instances, f4FitTiles in abi.go): the tensor cores' time
-// is proportional to N, and a 32-token tile at M=48 holds ~14 tokens, a
-// 64-token tile at M=128 ~37. Its own instances, because the kernel with
-// one loop per N ran full tiles slower than the kernel with one loop, so
-// large M keep the plain ones.
-template <int NT, int NE, int AH>
+// The k loop at N = the tile's tokens rounded up to a whole STEP (ng
+// groups of 8; the _fit instances, f4FitTiles in abi.go, and the
+// three-warpgroup ring's, f4W3FitStep): the tensor cores' time is
+// proportional to N, and a 32-token tile at M=48 holds ~14 tokens, a
+// 64-token tile at M=128 ~37, a 128-token one at M=256 ~73. Its own
+// instances, because the kernel with one loop per N ran full tiles
+// slower than the kernel with one loop, so large M keep the plain ones.
+// PIPE, TH, RING: as for f4_k_loop.
+template <int NT, int NE, int AH, int STEP = 8, bool PIPE = NT == KMOE_F4_FIT_PIPE, int TH = KMOE_THREADS,
+          bool RING = false>
 __device__ __forceinline__ void f4_k_loop_fit(float (&acc)[NT / 2], F4Smem<NT>& s, const u8* rows, int kdim,
                                               F4Weights<AH>& wt, InputWait in, int ng) {
-    if constexpr (NE > 8) {
-        if (ng < NE / 8) {
-            f4_k_loop_fit<NT, NE - 8, AH>(acc, s, rows, kdim, wt, in, ng);
+    static_assert(STEP % 8 == 0 && NT % STEP == 0, "whole 8-token groups");
+    if constexpr (NE > STEP) {
+        if (8 * ng <= NE - STEP) {
+            f4_k_loop_fit<NT, NE - STEP, AH, STEP, PIPE, TH, RING>(acc, s, rows, kdim, wt, in, ng);
             return;
         }
     }
-    f4_k_loop<NT, NE, AH, NT == KMOE_F4_FIT_PIPE>(acc, s, rows, kdim, wt, in);
+    f4_k_loop<NT, NE, AH, PIPE, TH, RING>(acc, s, rows, kdim, wt, in);
 }
 #endif
