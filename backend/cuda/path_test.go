@@ -325,7 +325,7 @@ func TestF4Ring(t *testing.T) {
 		tu   Tuning
 		want bool
 	}{{8192, Tuning{}, true}, {2048, Tuning{NoW3: true}, true}, {2048, Tuning{NoW3Gemm2: true}, true},
-		{2048, Tuning{NoW3: true, NoW3Gemm2: true}, false}, {256, Tuning{}, false}, {8192, Tuning{FP4Tile: 64}, false}} {
+		{2048, Tuning{NoW3: true, NoW3Gemm2: true}, false}, {224, Tuning{}, false}, {8192, Tuning{FP4Tile: 64}, false}} {
 		p := choosePlan(kimiShape(c.m, c.tu))
 		if p.Ring != c.want {
 			t.Errorf("M=%d %+v: %s; want the ring %v", c.m, c.tu, p, c.want)
@@ -350,7 +350,7 @@ func TestF4W3FitPlan(t *testing.T) {
 		want bool
 	}{{8192, Tuning{}, 8192 <= w3FitMaxMDefault}, {2048, Tuning{}, 2048 <= w3FitMaxMDefault}, {512, Tuning{FP4Tile: 128}, true},
 		{2048, Tuning{NoRing: true}, false}, {2048, Tuning{W3FitMaxM: -1}, false}, {2048, Tuning{W3FitMaxM: 1024}, false},
-		{1024, Tuning{W3FitMaxM: 1024}, true}, {256, Tuning{}, false}, {8192, Tuning{FP4Tile: 64}, false}} {
+		{1024, Tuning{W3FitMaxM: 1024}, true}, {224, Tuning{}, false}, {8192, Tuning{FP4Tile: 64}, false}} {
 		if p := choosePlan(kimiShape(c.m, c.tu)); p.W3Fit != c.want {
 			t.Errorf("M=%d %+v: %s; want fitted %v", c.m, c.tu, p, c.want)
 		}

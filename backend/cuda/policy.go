@@ -72,17 +72,18 @@ func f4TileTokens(m int, w3 bool) int {
 // measured, so only a Tuning takes it.
 const f4T128MinM = 896
 
-// With both GEMMs in three warpgroups the 128-token tile beats the
-// 64-token one (Kimi bench, interleaved passes, medians of 10 rounds)
-// from M = 320 to 416 (91 to 119 tokens an expert: one part-filled
-// 128-token tile against two 64-token ones) by 5-9%, and from 672 (192
-// an expert) to 1280 by 6-23%; the 64-token tile wins at 256 (73 an
-// expert: its second tile nearly empty, on the fitted loop) and from 448
-// to 640 (two 128-token tiles against three 64-token ones) by 2-19%. The
-// bounds are the midpoints between the M measured on either side.
-var f4T128Band = [2]int{288, 432}
+// With both GEMMs in three warpgroups on the ring, each tile's wgmmas at
+// its tokens (Plan.W3Fit), the 128-token tile beats the 64-token one
+// (Kimi bench, three interleaved passes, medians of 10 rounds) from M =
+// 256 (73 tokens an expert: one part-filled tile against two, the
+// second nearly empty) to 448 by 5-14%, and from 576 (165 an expert) to
+// 768 by 6-20%; the 64-token tile wins at 224 and below (2% at 224) and
+// at 512 (146 an expert: three 64-token tiles against two 128-token
+// ones) by 1%. The bounds are the midpoints between the M measured on
+// either side.
+var f4T128Band = [2]int{240, 480}
 
-const f4W3T128MinM = 656
+const f4W3T128MinM = 544
 
 // w3FitMaxMDefault is the most tokens whose three-warpgroup ring GEMMs
 // run each tile's wgmmas at its tokens rounded up to f4W3FitStep (the
