@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The main loops' SASS instruction mix (docs/PERF.md, "What limits each
 # range"): for each named kernel of the sm_90a program, the innermost
-# loop that holds the most wgmmas (HGMMA), found as the span of a
-# backward branch, its instructions counted by opcode (static: one pass
-# of the loop body as ptxas laid it out, which the k loop repeats once a
-# step or two).
+# loop that holds the most wgmmas (HGMMA), of the widest shape where a
+# fitted kernel has a loop per N, found as the span of a backward
+# branch, its instructions counted by opcode (static: one pass of the
+# loop body as ptxas laid it out, which the k loop repeats once a step
+# or two).
 #
 #   bash bench/sass.sh [KERNELS]   (default the 128-token GEMMs; needs cuobjdump)
 #
@@ -17,7 +18,7 @@
 # SASS_OUT, if set, is a folder that receives each kernel's loop listing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-kernels=${1:-kmoe_f4_gemm1_w3r_t128,kmoe_f4_gemm2_w3r_t128,kmoe_f4_gemm2_t128}
+kernels=${1:-kmoe_f4_gemm1_w3rf_t128,kmoe_f4_gemm2_w3rf_t128,kmoe_f4_gemm2_t128}
 if command -v go >/dev/null; then
   go build -buildvcs=true -o /tmp/kimimoe-bench ./cmd/kimimoe || exit 1
   KIMIMOE=/tmp/kimimoe-bench
@@ -76,19 +77,24 @@ for i, (_, text) in enumerate(insts):
         body = insts[start:i + 1]
         n = sum(opcode(text) == "HGMMA" for _, text in body)
         if n:
-            loops.append((n, -len(body), body))  # the innermost loop of the most wgmmas
+            wide = max((int(w) for _, text in body for w in re.findall(r"HGMMA\.64x(\d+)x", text)), default=0)
+            loops.append((n, wide, start, i, body))
+# The innermost loops (no other loop with a wgmma inside), then the one
+# of the most wgmmas, of the widest shape (a fitted kernel has a loop per
+# N, and a branch may span several of them).
+loops = [l for l in loops if not any(o is not l and l[2] <= o[2] and o[3] <= l[3] for o in loops)]
 if not loops:
     print(f"no loop of {len(insts)} instructions holds a wgmma")
     if out:
         with open(os.path.join(out, name + ".sass"), "w") as f:
             f.writelines(f"/*{a:04x}*/ {t} ;\n" for a, t in insts)
     sys.exit(0)
-mmas, _, body = max(loops, key=lambda l: (l[0], l[1]))
+mmas, wide, _, _, body = max(loops, key=lambda l: (l[0], l[1], -len(l[4])))
 if out:
     with open(os.path.join(out, name + ".loop.sass"), "w") as f:
         f.writelines(f"/*{a:04x}*/ {t} ;\n" for a, t in body)
 count = collections.Counter(opcode(t) for _, t in body)
-print(f"loop of {len(body)} instructions, {mmas} HGMMA, at {body[0][0]:#x}..{body[-1][0]:#x}")
+print(f"loop of {len(body)} instructions, {mmas} HGMMA (N = {wide}), at {body[0][0]:#x}..{body[-1][0]:#x}")
 print(f"{'opcode':<10} {'count':>6} {'share':>7}")
 for op, n in count.most_common():
     print(f"{op:<10} {n:>6} {100 * n / len(body):>6.1f}%")
