@@ -98,7 +98,9 @@
 // one warpgroup in 50 (Plan.W3Gemm2: 192 output features a CTA). Their
 // staged token steps are handed over on mbarriers, a full and an empty one
 // a stage, instead of a CTA barrier a step (Plan.Ring), so a warpgroup
-// waits for its stage, not for every other warpgroup. The
+// waits for its stage, not for every other warpgroup, and each tile's
+// wgmmas run at its tokens rounded up to 16 (Plan.W3Fit: a k loop per N
+// in one kernel), so a part-filled tile pays for its tokens only. The
 // token tile grows with the tokens an expert gets (f4TileTokens at
 // f4EquivM: M for an expert-parallel layer, scaled by top-k over the
 // experts for a one-rank layer such as GPT-OSS's); the tiles of 32 to 64
