@@ -267,8 +267,9 @@ __device__ __forceinline__ void f4_k_loop(float (&acc)[NT / 2], F4Smem<NT>& s, c
 // three-warpgroup ring's, f4W3FitStep): the tensor cores' time is
 // proportional to N, and a 32-token tile at M=48 holds ~14 tokens, a
 // 64-token tile at M=128 ~37, a 128-token one at M=256 ~73. Its own
-// instances, because the kernel with one loop per N ran full tiles
-// slower than the kernel with one loop, so large M keep the plain ones.
+// instances: in the two-warpgroup kernels one loop per N ran full tiles
+// slower than one loop, so large M keep the plain ones there; the
+// three-warpgroup ring's ran them as fast and take every M.
 // PIPE, TH, RING: as for f4_k_loop.
 template <int NT, int NE, int AH, int STEP = 8, bool PIPE = NT == KMOE_F4_FIT_PIPE, int TH = KMOE_THREADS,
           bool RING = false>
