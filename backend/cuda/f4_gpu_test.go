@@ -424,9 +424,11 @@ func TestF4Padded(t *testing.T) {
 // last tiles): each warpgroup runs the same k loop on the same 64 weight
 // rows, so a warpgroup given another's rows, a token piece staged by the
 // wrong one of the 384 threads, a stage refilled while a warpgroup still
-// reads it or read before every thread's copies landed (a ring phase
-// miscounted), or a spare GEMM2 warpgroup (K = 3584 is 56 row groups,
-// one short of 19 CTAs of three) that stores would show as other bits.
+// reads it or read before every thread's copies landed, or a spare GEMM2
+// warpgroup (K = 3584 is 56 row groups, one short of 19 CTAs of three)
+// that stores would show as other bits. A ring phase miscounted (the
+// full barriers' parity off by one) never completes the forward: the
+// test fails at its timeout.
 // All agree with the oracle; the forward launches each kernel; and ptxas
 // kept them out of local memory (a spill would cost more than the third
 // warpgroup gains).
