@@ -430,6 +430,28 @@ const (
 	f4W3Ahead    = 2
 )
 
+// f4W3Loop is the k loop of the three-warpgroup GEMMs (Plan.Ring and
+// Plan.W3Fit pick it): a CTA barrier a step, the stage ring, or the ring
+// at each tile's tokens; f4W3Suffix is what follows _w3 in the kernels'
+// names (kmoe_f4_gemm1_w3r_t128).
+type f4W3Loop int
+
+const (
+	f4W3Barrier f4W3Loop = iota
+	f4W3Ring
+	f4W3RingFit
+)
+
+var f4W3Suffix = [...]string{f4W3Barrier: "", f4W3Ring: "r", f4W3RingFit: "rf"}
+
+// w3Specs names a three-warpgroup GEMM's entry points, by k loop.
+func w3Specs[A any](prefix string) (s [len(f4W3Suffix)]kernelSpec) {
+	for i, suf := range f4W3Suffix {
+		s[i] = spec[A](prefix + suf + "_t128")
+	}
+	return s
+}
+
 // f4W3FitStep is the token step of the three-warpgroup ring GEMMs' fitted
 // loops (kmoe_f4_*_w3rf_t128, Plan.W3Fit): a tile runs its wgmmas at its
 // tokens rounded up to a multiple of it, eight loops of 16 to 128 in one
@@ -686,12 +708,8 @@ var (
 	kGatherRows   = spec[gatherRowsArgs]("kmoe_gather_rows")
 	kAddRows      = spec[addRowsArgs]("kmoe_add_rows")
 	kF4Gemm1      = instances[f4Gemm1Args]("kmoe_f4_gemm1_act_t", f4Tiles)
-	kF4W3Gemm1    = spec[f4Gemm1Args]("kmoe_f4_gemm1_w3_t128")
-	kF4W3Gemm2    = spec[f4Gemm2Args]("kmoe_f4_gemm2_w3_t128")
-	kF4W3RGemm1   = spec[f4Gemm1Args]("kmoe_f4_gemm1_w3r_t128")
-	kF4W3RGemm2   = spec[f4Gemm2Args]("kmoe_f4_gemm2_w3r_t128")
-	kF4W3RFGemm1  = spec[f4Gemm1Args]("kmoe_f4_gemm1_w3rf_t128")
-	kF4W3RFGemm2  = spec[f4Gemm2Args]("kmoe_f4_gemm2_w3rf_t128")
+	kF4W3Gemm1    = w3Specs[f4Gemm1Args]("kmoe_f4_gemm1_w3")
+	kF4W3Gemm2    = w3Specs[f4Gemm2Args]("kmoe_f4_gemm2_w3")
 	kF4Gemm2      = instances[f4Gemm2Args]("kmoe_f4_gemm2_t", f4Tiles)
 	kF4FitGemm1   = instances[f4Gemm1Args]("kmoe_f4_gemm1_act_fit_t", f4FitTiles)
 	kF4FitGemm2   = instances[f4Gemm2Args]("kmoe_f4_gemm2_fit_t", f4FitTiles)
@@ -723,8 +741,8 @@ var decodeSubtiles = []int{1, 2, 4}
 
 var kernelSpecs = func() []kernelSpec {
 	all := []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize,
-		kDecPrologue, kXBF16, kRouteXBF16, kRouteXMany, kGatherRows, kAddRows, kF4SGemm2Deep, kActRequant, kF4W3Gemm1, kF4W3Gemm2, kF4W3RGemm1, kF4W3RGemm2,
-		kF4W3RFGemm1, kF4W3RFGemm2}
+		kDecPrologue, kXBF16, kRouteXBF16, kRouteXMany, kGatherRows, kAddRows, kF4SGemm2Deep, kActRequant}
+	all = append(append(all, kF4W3Gemm1[:]...), kF4W3Gemm2[:]...)
 	for _, m := range []map[int]kernelSpec{kDecGemm1, kDecGemm2, kWGGemm1, kWGGemm2, kF4Gemm1, kF4Gemm2, kF4FitGemm1, kF4FitGemm2, kF4SGemm1, kF4SGemm2} {
 		for _, k := range m {
 			all = append(all, k)

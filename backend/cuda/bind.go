@@ -98,14 +98,10 @@ type kernels struct {
 	f4FitGemm2   map[int]kernel[f4Gemm2Args]
 	f4sGemm1     map[int]kernel[f4Gemm1Args] // the small tiles' barrier-free loop, by token tile
 	f4sGemm2     map[int]kernel[f4Gemm2Args]
-	f4sGemm2Deep kernel[f4Gemm2Args]    // its GEMM2 at 8 tokens for small grids (f4sDeep2)
-	actRequant   kernel[actRequantArgs] // GEMM1's epilogue on its own (Plan.ActKernel)
-	f4W3Gemm1    kernel[f4Gemm1Args]    // GEMM1 in three warpgroups (Plan.W3)
-	f4W3Gemm2    kernel[f4Gemm2Args]    // GEMM2 in three warpgroups (Plan.W3Gemm2)
-	f4W3RGemm1   kernel[f4Gemm1Args]    // ... their stages on mbarriers (Plan.Ring)
-	f4W3RGemm2   kernel[f4Gemm2Args]
-	f4W3RFGemm1  kernel[f4Gemm1Args] // ... at the tile's tokens (Plan.W3Fit)
-	f4W3RFGemm2  kernel[f4Gemm2Args]
+	f4sGemm2Deep kernel[f4Gemm2Args]                  // its GEMM2 at 8 tokens for small grids (f4sDeep2)
+	actRequant   kernel[actRequantArgs]               // GEMM1's epilogue on its own (Plan.ActKernel)
+	f4W3Gemm1    [len(f4W3Suffix)]kernel[f4Gemm1Args] // GEMM1 in three warpgroups (Plan.W3), by k loop (f4W3Loop)
+	f4W3Gemm2    [len(f4W3Suffix)]kernel[f4Gemm2Args] // GEMM2 in three warpgroups (Plan.W3Gemm2), by k loop
 }
 
 func loadKernels(m cu.Module) (*kernels, error) {
@@ -164,17 +160,11 @@ func loadKernels(m cu.Module) (*kernels, error) {
 	add(err)
 	k.actRequant, err = bind[actRequantArgs](m, kActRequant)
 	add(err)
-	k.f4W3Gemm1, err = bindSmem[f4Gemm1Args](m, kF4W3Gemm1, f4Smem(f4W3Tile))
-	add(err)
-	k.f4W3Gemm2, err = bindSmem[f4Gemm2Args](m, kF4W3Gemm2, f4Smem(f4W3Tile))
-	add(err)
-	k.f4W3RGemm1, err = bindSmem[f4Gemm1Args](m, kF4W3RGemm1, f4Smem(f4W3Tile))
-	add(err)
-	k.f4W3RGemm2, err = bindSmem[f4Gemm2Args](m, kF4W3RGemm2, f4Smem(f4W3Tile))
-	add(err)
-	k.f4W3RFGemm1, err = bindSmem[f4Gemm1Args](m, kF4W3RFGemm1, f4Smem(f4W3Tile))
-	add(err)
-	k.f4W3RFGemm2, err = bindSmem[f4Gemm2Args](m, kF4W3RFGemm2, f4Smem(f4W3Tile))
-	add(err)
+	for i := range f4W3Suffix {
+		k.f4W3Gemm1[i], err = bindSmem[f4Gemm1Args](m, kF4W3Gemm1[i], f4Smem(f4W3Tile))
+		add(err)
+		k.f4W3Gemm2[i], err = bindSmem[f4Gemm2Args](m, kF4W3Gemm2[i], f4Smem(f4W3Tile))
+		add(err)
+	}
 	return k, errors.Join(errs...)
 }

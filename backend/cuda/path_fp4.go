@@ -40,13 +40,7 @@ func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 		g1, _, smem := kernels()
 		threads := abiThreads
 		if p.W3 {
-			g1, threads = b.k.f4W3Gemm1, f4W3Threads
-			if p.Ring {
-				g1 = b.k.f4W3RGemm1
-			}
-			if p.W3Fit {
-				g1 = b.k.f4W3RFGemm1
-			}
+			g1, threads = b.k.f4W3Gemm1[p.w3Loop()], f4W3Threads
 		}
 		return g1.launchMaybePDL(p.PDL, [3]int{gemm1CTAs, p.Tiles, 1}, threads, smem, s,
 			&f4Gemm1Args{XBF: ws.xbf, W: l.f4.w31, WS: l.f4.w31s, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
@@ -71,13 +65,7 @@ func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 		_, g2, smem := kernels()
 		ctas, threads := kp/abiF4RowsGemm2, abiThreads
 		if p.W3Gemm2 {
-			g2, ctas, threads = b.k.f4W3Gemm2, (kp+f4W3Gemm2Rows-1)/f4W3Gemm2Rows, f4W3Threads
-			if p.Ring {
-				g2 = b.k.f4W3RGemm2
-			}
-			if p.W3Fit {
-				g2 = b.k.f4W3RFGemm2
-			}
+			g2, ctas, threads = b.k.f4W3Gemm2[p.w3Loop()], (kp+f4W3Gemm2Rows-1)/f4W3Gemm2Rows, f4W3Threads
 		}
 		return g2.launchMaybePDL(p.PDL, [3]int{ctas, p.Tiles, 1}, threads, smem, s,
 			&f4Gemm2Args{AQBF: ws.aqbf, W: l.f4.w2, WS: l.f4.w2s, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,

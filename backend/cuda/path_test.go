@@ -358,6 +358,15 @@ func TestF4W3FitPlan(t *testing.T) {
 	if tu, err := ParseTuning("w3-fit-max-m=-1"); err != nil || tu.W3FitMaxM != -1 {
 		t.Errorf("w3-fit-max-m=-1: %+v, %v", tu, err)
 	}
+	// The kernels the forward launches for each k loop.
+	for tu, want := range map[Tuning][2]string{{}: {"kmoe_f4_gemm1_w3rf_t128", "kmoe_f4_gemm2_w3rf_t128"},
+		{W3FitMaxM: -1}: {"kmoe_f4_gemm1_w3r_t128", "kmoe_f4_gemm2_w3r_t128"},
+		{NoRing: true}:  {"kmoe_f4_gemm1_w3_t128", "kmoe_f4_gemm2_w3_t128"}} {
+		loop := choosePlan(kimiShape(2048, tu)).w3Loop()
+		if got := [2]string{kF4W3Gemm1[loop].name, kF4W3Gemm2[loop].name}; got != want {
+			t.Errorf("%+v: %v, want %v", tu, got, want)
+		}
+	}
 }
 
 // The mma.sync loop's 8-token tile finds each token row's 16-byte pieces

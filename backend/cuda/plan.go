@@ -83,6 +83,17 @@ type Plan struct {
 	Steps     []string // the launches, in order (Profile's names)
 }
 
+// w3Loop is the k loop the plan's three-warpgroup GEMMs run.
+func (p Plan) w3Loop() f4W3Loop {
+	switch {
+	case p.W3Fit:
+		return f4W3RingFit
+	case p.Ring:
+		return f4W3Ring
+	}
+	return f4W3Barrier
+}
+
 // String describes the plan in one line, as kimimoe bench prints it.
 func (p Plan) String() string {
 	var b strings.Builder
