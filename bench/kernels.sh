@@ -3,7 +3,9 @@
 # "What limits each range"): one eager forward per M under Nsight Compute
 # (`ncu --clock-control none`, so the clocks are the bench's), each
 # kernel's duration, tensor-pipe activity, issue activity and DRAM
-# throughput.
+# throughput; then where its warps wait: warp instructions (and those on
+# the MUFU unit), cycles a warp between issued instructions and the
+# largest stall reasons' shares of them, warps eligible a cycle.
 #
 #   bash bench/kernels.sh [MS]        (default 512,2048,8192; needs ncu)
 set -uo pipefail
@@ -15,7 +17,10 @@ if command -v go >/dev/null; then
   KIMIMOE=/tmp/kimimoe-bench
 fi
 km=${KIMIMOE:-kimimoe}
+stall=smsp__average_warps_issue_stalled
 metrics=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__issue_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
+metrics+=,smsp__inst_executed.sum,sm__inst_executed_pipe_xu.sum,smsp__average_warp_latency_per_inst_issued.ratio,smsp__warps_eligible.avg.per_cycle_active
+for r in wait dispatch_stall long_scoreboard gmma barrier math_pipe_throttle not_selected; do metrics+=,${stall}_${r}_per_issue_active.ratio; done
 date -u
 "$km" --version
 csv=$(mktemp) || exit 1
@@ -38,6 +43,15 @@ print(f"{'kernel':<28} {'time':>12} {'tensor %':>9} {'issue %':>8} {'DRAM %':>7}
 for name, v in kernels.items():
     print(f"{name[:28]:<28} {v['gpu__time_duration.sum']:>12} {v['sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active']:>9} "
           f"{v['sm__issue_active.avg.pct_of_peak_sustained_active']:>8} {v['dram__throughput.avg.pct_of_peak_sustained_elapsed']:>7}")
+stall = "smsp__average_warps_issue_stalled_"
+reasons = ["wait", "dispatch_stall", "long_scoreboard", "gmma", "barrier", "math_pipe_throttle", "not_selected"]
+print(f"{'kernel':<28} {'warp inst':>13} {'MUFU':>12} {'cycles/issue':>12} {'eligible':>8}  stalls (cycles of those)")
+for name, v in kernels.items():
+    top = sorted(((float(v.get(stall + r + "_per_issue_active.ratio", "0").replace(",", "")), r) for r in reasons), reverse=True)
+    g = lambda m: v.get(m, "n/a")  # a metric this ncu does not collect
+    print(f"{name[:28]:<28} {g('smsp__inst_executed.sum'):>13} {g('sm__inst_executed_pipe_xu.sum'):>12} "
+          f"{g('smsp__average_warp_latency_per_inst_issued.ratio'):>12} {g('smsp__warps_eligible.avg.per_cycle_active'):>8}  "
+          + ", ".join(f"{r} {x:.2f}" for x, r in top[:4]))
 PY
 done
 rm -f "$csv"
