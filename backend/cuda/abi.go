@@ -661,7 +661,7 @@ type testDivParamArgs struct {
 	Pad int32 `cname:"unused"`
 }
 
-// testMxfp8ValueArgs: the exhaustive test of mxfp8_value_bf16 over the
+// testMxfp8ValueArgs: the exhaustive test of mxfp8_value_bf16x2 over the
 // scales [Sc0, Sc1).
 type testMxfp8ValueArgs struct {
 	Count devptr `c:"u32*"`

@@ -156,12 +156,14 @@ func TestDivParam(t *testing.T) {
 	}
 }
 
-// mxfp8_value_bf16 (the MXFP8 value of a requantized activation or x,
-// as BF16, computed without its code) against the code and back, the
-// functions the oracle's vectors test (mxfp8_bf16 of e4m3_code): bitwise
-// for every float32 bit pattern at every one of the 256 scales, NaN,
-// infinities, subnormals and both zeros included. A rounding off by one
-// step, a sign lost or a saturation point moved shows here.
+// mxfp8_value_bf16x2 (the MXFP8 values of two requantized activations or
+// x elements, as BF16, through the hardware's E4M3 conversion) against
+// the code and back, the functions the oracle's vectors test (mxfp8_bf16
+// of e4m3_code): bitwise for every float32 bit pattern in each half at
+// every one of the 256 scales, NaN, infinities, subnormals and both zeros
+// included. A rounding off by one step, a sign lost, a saturation point
+// moved or a BF16 rounded where it must be truncated (the scales below
+// 2^-125) shows here.
 func TestMXFP8ValueExhaustive(t *testing.T) {
 	b := openCUDAOrSkip(t)
 	err := b.locked(func() error {
@@ -201,7 +203,7 @@ func TestMXFP8ValueExhaustive(t *testing.T) {
 			return err
 		}
 		if out[0] != 0 {
-			t.Errorf("mxfp8_value_bf16: %d of 2^40 (v, scale) pairs differ from mxfp8_bf16(e4m3_code); the first: v = %#08x at scale %#02x", out[0], out[1], out[2])
+			t.Errorf("mxfp8_value_bf16x2: %d of 2^40 (v, scale) pairs differ from mxfp8_bf16(e4m3_code) in v's half or ~v's; the first: v = %#08x at scale %#02x", out[0], out[1], out[2])
 		}
 		return nil
 	})

@@ -84,30 +84,34 @@ __device__ __forceinline__ uint2 mxfp8_bf16x4(u32 c0, u32 c1, u32 c2, u32 c3, fl
     return make_uint2(mxfp8_bf16(c0, sf) | mxfp8_bf16(c1, sf) << 16, mxfp8_bf16(c2, sf) | mxfp8_bf16(c3, sf) << 16);
 }
 
-// The BF16 bits of v's MXFP8 value in a block of scale sc: the bits of
-// mxfp8_bf16(e4m3_code(v, sc), e8m0_to_float(sc)) with no code between
-// (every float v at every scale: TestMXFP8ValueExhaustive), in half the
-// instructions and no branch. v / 2^X is rounded onto E4M3's grid in
-// float32: past 448 (or NaN, whose code is +448) to 448, below 2^-6 by the
-// sum with 2^14 (whose ulp is E4M3's step there, 2^-9), else to three
-// mantissa bits, round to nearest even; then multiplied back by 2^X.
-// mxfp8_value_bf16_of is its arithmetic for a scale other than 0xFF given
-// as its inverse inv (e8m0_inverse) and its value sf (e8m0_to_float), so
-// a lane's elements of one block find them once.
-__device__ __forceinline__ u32 mxfp8_value_bf16_of(float v, float inv, float sf) {
-    const float scaled = __fmul_rn(v, inv);
-    const u32 su = __float_as_uint(scaled), sa = su & 0x7FFFFFFFu;
-    const float sub = __fsub_rn(__fadd_rn(__uint_as_float(sa), 16384.0f), 16384.0f);
-    const float nrm = __uint_as_float((sa + 0x7FFFFu + ((sa >> 20) & 1u)) & 0xFFF00000u);
-    float r = sa < 0x3C800000u ? sub : nrm;
-    r = sa >= 0x43E00000u ? 448.0f : r;
-    const u32 sign = sa > 0x7F800000u ? 0u : su & 0x80000000u;
-    return __float_as_uint(__fmul_rn(__uint_as_float(__float_as_uint(r) | sign), sf)) >> 16;
+// The BF16 bits of v0's and v1's MXFP8 values in a block of scale sc
+// (v0 in the low half): the bits of mxfp8_bf16(e4m3_code(v, sc),
+// e8m0_to_float(sc)) with no code kept (every float v at every scale:
+// TestMXFP8ValueExhaustive), in a quarter of the instructions. v / 2^X
+// (rounded to float32, as e4m3_code does) is clamped at 448 from above,
+// which takes a NaN (whose code is +448) and +inf there; the hardware
+// conversion (sm_89 and up) then rounds onto E4M3's grid to nearest even
+// and saturates at -448; back through FP16 (which holds every E4M3 value)
+// to float32, multiplied by 2^X, and truncated to BF16, as bf16_bits does
+// (exact from BF16's smallest step, 2^-133, up). mxfp8_value_bf16x2_of
+// takes the scale as its inverse inv (e8m0_inverse) and its value sf
+// (e8m0_to_float), so a lane's elements of one block find them once.
+__device__ __forceinline__ u32 mxfp8_value_bf16x2_of(float v0, float v1, float inv, float sf) {
+    const float s0 = fminf(__fmul_rn(v0, inv), 448.0f), s1 = fminf(__fmul_rn(v1, inv), 448.0f);
+    unsigned short c;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(c) : "f"(s1), "f"(s0)); // the first operand: the high byte
+    u32 h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(c));
+    float f0, f1;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f0) : "h"((unsigned short)h));
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f1) : "h"((unsigned short)(h >> 16)));
+    return __byte_perm(__float_as_uint(__fmul_rn(f0, sf)), __float_as_uint(__fmul_rn(f1, sf)), 0x7632);
 }
-__device__ __forceinline__ u32 mxfp8_value_bf16(float v, u32 sc) {
-    if (sc == 0xFFu) return 0x7FC0u; // a floor block with a non-finite element: NaN codes
-    return mxfp8_value_bf16_of(v, e8m0_inverse(sc), e8m0_to_float(sc));
+__device__ __forceinline__ u32 mxfp8_value_bf16x2(float v0, float v1, u32 sc) {
+    if (sc == 0xFFu) return 0x7FC07FC0u; // a floor block with a non-finite element: NaN codes
+    return mxfp8_value_bf16x2_of(v0, v1, e8m0_inverse(sc), e8m0_to_float(sc));
 }
+__device__ __forceinline__ u32 mxfp8_value_bf16(float v, u32 sc) { return mxfp8_value_bf16x2(v, v, sc) & 0xFFFFu; }
 
 // Quantize one 32-block held one element per lane of a warp: returns this
 // lane's code; lane 0's *scale_out gets the scale. NaN rules as mxfp: floor
@@ -130,14 +134,17 @@ __device__ __forceinline__ u32 warp_quantize_e4m3(float v, int recipe, u32* scal
 // and a vote for the lane's four elements where warp_quantize_e4m3 takes
 // five shuffles and a vote for one. Every lane of the warp calls it.
 __device__ __forceinline__ u32 block_scale_lanes8(const float (&v)[4], int recipe, int lane) {
-    u32 amax = 0;
+    // fmaxf returns the other operand for a NaN, so amax is the largest
+    // |v| that is not NaN (0 if none), as bits: the order of non-negative
+    // floats is their bits' order.
+    float m = 0.0f;
     bool nan = false;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        u32 a = __float_as_uint(v[i]) & 0x7FFFFFFFu;
-        if (a > 0x7F800000u) nan = true;
-        else amax = umax(amax, a);
+        m = fmaxf(m, fabsf(v[i]));
+        nan |= v[i] != v[i];
     }
+    u32 amax = __float_as_uint(m);
 #pragma unroll
     for (int o = 1; o < 8; o <<= 1) amax = umax(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
     const bool block_nan = ((__ballot_sync(0xFFFFFFFFu, nan) >> (lane & 24)) & 0xFFu) != 0u;

@@ -206,8 +206,7 @@ __device__ __forceinline__ uint2 mxfp8_bf16_lanes8(const float (&v)[4], int reci
     // The scale's two forms once for the four elements: per element they
     // were found again inside each element's branch.
     const float inv = e8m0_inverse(sc), sf = e8m0_to_float(sc);
-    return make_uint2(mxfp8_value_bf16_of(v[0], inv, sf) | mxfp8_value_bf16_of(v[1], inv, sf) << 16,
-                      mxfp8_value_bf16_of(v[2], inv, sf) | mxfp8_value_bf16_of(v[3], inv, sf) << 16);
+    return make_uint2(mxfp8_value_bf16x2_of(v[0], v[1], inv, sf), mxfp8_value_bf16x2_of(v[2], v[3], inv, sf));
 }
 
 // gated_act, called rather than inlined: the wgmma GEMM1 evaluates it at

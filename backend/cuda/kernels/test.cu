@@ -25,10 +25,11 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_test_f4_widen(co
     for (int j = 0; j < 4; j++) a.out[4 * i + j] = r[j];
 }
 
-// The exhaustive test of mxfp8_value_bf16: every float bit pattern v at
-// each scale of [sc0, sc1) against the code and back (mxfp8_bf16 of
-// e4m3_code); count gets the mismatches, first the least sc << 32 | v of
-// them (left as it was where none).
+// The exhaustive test of mxfp8_value_bf16x2: every float bit pattern v at
+// each scale of [sc0, sc1), in the low half beside ~v in the high half
+// (so each half sees every pattern), against the code and back
+// (mxfp8_bf16 of e4m3_code); count gets the mismatches, first the least
+// sc << 32 | v of them (left as it was where none).
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_test_mxfp8_value(const TestMxfp8ValueArgs a) {
     u32 n = 0;
     u64 first = ~0ull;
@@ -36,8 +37,8 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_test_mxfp8_value
     for (u32 sc = (u32)a.sc0; sc < (u32)a.sc1; sc++) {
         const float sf = e8m0_to_float(sc);
         for (u64 v = (u64)blockIdx.x * blockDim.x + threadIdx.x; v < (1ull << 32); v += stride) {
-            const float f = __uint_as_float((u32)v);
-            if (mxfp8_bf16(e4m3_code(f, sc), sf) != mxfp8_value_bf16(f, sc)) {
+            const float f = __uint_as_float((u32)v), g = __uint_as_float(~(u32)v);
+            if ((mxfp8_bf16(e4m3_code(f, sc), sf) | mxfp8_bf16(e4m3_code(g, sc), sf) << 16) != mxfp8_value_bf16x2(f, g, sc)) {
                 n++;
                 first = first < ((u64)sc << 32 | v) ? first : ((u64)sc << 32 | v);
             }

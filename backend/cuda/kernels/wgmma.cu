@@ -358,9 +358,7 @@ __device__ __forceinline__ void wg_gemm1_act(const WgGemm1Args& a) {
             if (!valid) continue;
 #pragma unroll
             for (int jj = 0; jj < 4; jj++) {
-                u32 pair = 0;
-#pragma unroll
-                for (int b = 0; b < 2; b++) pair |= mxfp8_value_bf16(v[2 * jj + b], sc) << (16 * b);
+                u32 pair = mxfp8_value_bf16x2(v[2 * jj], v[2 * jj + 1], sc);
                 int col = 8 * (4 * bk + jj) + 2 * t;
                 *(u32*)&a.aqbf[(row * N + f0 + col) * 2] = pair;
             }
