@@ -187,7 +187,12 @@
 // wgmma paths: whole rows; the oracle: exact block sums, float64 across
 // blocks),
 // the activation is float32 (on the mxfp8 chain the oracle's is float64),
-// and the finalize sums slots in float32. The first two can move an
+// and the finalize sums slots in float32. The requantization itself is
+// exact: each element is rounded onto E4M3's grid by the hardware's
+// cvt.rn.satfinite.e4m3x2.f32 after a clamp at 448 that maps NaN to +448
+// (the rceil rule); for every float32 at every scale this equals the
+// device's integer form of the mxfp package's rounding, which the
+// reference vectors check (TestMXFP8ValueExhaustive). The first two can move an
 // intermediate value across an MXFP8 rounding boundary, changing that
 // element by one E4M3 step; see docs/VALIDATION.md for the measured effect.
 //
