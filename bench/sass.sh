@@ -33,11 +33,14 @@ date -u
 "$km" --version
 for k in ${kernels//,/ }; do
   found=
-  # A cache entry is a 32-byte SHA-256 of the cubin, then the cubin.
+  # A cache entry is a 32-byte SHA-256 of the cubin, then the cubin. The
+  # cache may also hold other architectures' programs (the tests compile
+  # the sm_120a body) and the tests' module: the sm_90a program is taken.
   for f in $(ls -t "$cache"/*.cubin 2>/dev/null); do
     tmp=$(mktemp --suffix=.cubin) || exit 1
     tail -c +33 "$f" >"$tmp"
-    if cuobjdump -sass -fun "$k" "$tmp" >"$tmp.sass" 2>/dev/null && grep -Eq "Function : $k[[:space:]]*$" "$tmp.sass"; then
+    if cuobjdump -sass -fun "$k" "$tmp" >"$tmp.sass" 2>/dev/null && grep -Eq "Function : $k[[:space:]]*$" "$tmp.sass" &&
+      grep -q "code for sm_90a" "$tmp.sass"; then
       found=$tmp.sass
       rm -f "$tmp"
       break
