@@ -188,10 +188,10 @@
 // blocks),
 // the activation is float32 (on the mxfp8 chain the oracle's is float64),
 // and the finalize sums slots in float32. The requantization itself is
-// exact: each element is rounded onto E4M3's grid by the hardware's
-// cvt.rn.satfinite.e4m3x2.f32 after a clamp at 448 that maps NaN to +448
-// (the rceil rule); for every float32 at every scale this equals the
-// device's integer form of the mxfp package's rounding, which the
+// exact: the hardware's saturating E4M3 conversion rounds each element,
+// after a clamp at E4M3's largest value that also takes NaN there
+// (rceil's rule), so for every float32 at every scale it gives the bits
+// of the device's integer form of the mxfp package's rounding, which the
 // reference vectors check (TestMXFP8ValueExhaustive). The first two can move an
 // intermediate value across an MXFP8 rounding boundary, changing that
 // element by one E4M3 step; see docs/VALIDATION.md for the measured effect.

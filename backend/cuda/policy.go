@@ -73,14 +73,11 @@ func f4TileTokens(m int, w3 bool) int {
 const f4T128MinM = 896
 
 // With both GEMMs in three warpgroups on the ring, each tile's wgmmas at
-// its tokens (Plan.W3Fit), the 128-token tile beats the 64-token one
-// (Kimi bench, three interleaved passes, medians of 10 rounds) from M =
-// 256 (73 tokens an expert: one part-filled tile against two, the
-// second nearly empty) to 448 by 5-14%, and from 576 (165 an expert) to
-// 768 by 6-20%; the 64-token tile wins at 224 and below (2% at 224) and
-// at 512 (146 an expert: three 64-token tiles against two 128-token
-// ones) by 1%. The bounds are the midpoints between the M measured on
-// either side.
+// its tokens (Plan.W3Fit), the 128-token tile and the 64-token one trade
+// places as the tokens an expert gets fill whole tiles of either: the
+// 128-token tile takes f4T128Band and from f4W3T128MinM up, the 64-token
+// one below the band and between, each bound the midpoint between the M
+// measured on either side (the sweep in docs/PERF.md, prefill).
 var f4T128Band = [2]int{240, 480}
 
 const f4W3T128MinM = 544
