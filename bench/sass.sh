@@ -25,6 +25,7 @@ if command -v go >/dev/null; then
 fi
 km=${KIMIMOE:-kimimoe}
 cache=${SASS_CACHE:-}
+[ -z "${SASS_OUT:-}" ] || mkdir -p "$SASS_OUT" || exit 1
 if [ -z "$cache" ]; then
   cache=$(mktemp -d) || exit 1
   KIMIMOE_CACHE=$cache "$km" bench --backend cuda --m 1 --rounds 1 --warmup 0 >/dev/null || { echo "kimimoe bench failed" >&2; exit 1; }
