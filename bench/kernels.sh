@@ -20,7 +20,8 @@ km=${KIMIMOE:-kimimoe}
 stall=smsp__average_warps_issue_stalled
 metrics=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__issue_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
 metrics+=,smsp__inst_executed.sum,sm__inst_executed_pipe_xu.sum,smsp__average_warp_latency_per_inst_issued.ratio,smsp__warps_eligible.avg.per_cycle_active
-for r in wait dispatch_stall long_scoreboard gmma barrier math_pipe_throttle not_selected; do metrics+=,${stall}_${r}_per_issue_active.ratio; done
+reasons="wait dispatch_stall long_scoreboard gmma barrier math_pipe_throttle not_selected"
+for r in $reasons; do metrics+=,${stall}_${r}_per_issue_active.ratio; done
 date -u
 "$km" --version
 csv=$(mktemp) || exit 1
@@ -31,7 +32,7 @@ for m in ${ms//,/ }; do
   ncu --clock-control none --kernel-name regex:'kmoe_(route|f4|wg|decode|grouped|act|final|quant)' --launch-count 8 \
     --csv --metrics "$metrics" "$km" bench --backend cuda --m "$m" --rounds 1 --warmup 0 --graph=false --copy-mb 64 \
     >"$csv" 2>/dev/null || { echo "ncu failed at M = $m"; exit 1; }
-  python3 - "$csv" <<'PY'
+  python3 - "$csv" "$stall" "$reasons" <<'PY'
 import csv, sys
 lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
 kernels = {}
@@ -43,8 +44,7 @@ print(f"{'kernel':<28} {'time':>12} {'tensor %':>9} {'issue %':>8} {'DRAM %':>7}
 for name, v in kernels.items():
     print(f"{name[:28]:<28} {v['gpu__time_duration.sum']:>12} {v['sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active']:>9} "
           f"{v['sm__issue_active.avg.pct_of_peak_sustained_active']:>8} {v['dram__throughput.avg.pct_of_peak_sustained_elapsed']:>7}")
-stall = "smsp__average_warps_issue_stalled_"
-reasons = ["wait", "dispatch_stall", "long_scoreboard", "gmma", "barrier", "math_pipe_throttle", "not_selected"]
+stall, reasons = sys.argv[2] + "_", sys.argv[3].split()
 print(f"{'kernel':<28} {'warp inst':>13} {'MUFU':>12} {'cycles/issue':>12} {'eligible':>8}  stalls (cycles of those)")
 for name, v in kernels.items():
     top = sorted(((float(v.get(stall + r + "_per_issue_active.ratio", "0").replace(",", "")), r) for r in reasons), reverse=True)
