@@ -27,6 +27,10 @@ Environment knobs:
                   GPT-OSS shapes, 0 for Kimi's).
   PEER_ALT_NUM_WARPS  extra graph-only sweep (M <= 512) with the scales swizzled for this
                   num_warps (default 4, triton_kernels' own bench choice; 0 = off).
+  PEER_SUSTAIN_ROUNDS  n > 0: after each M's graph timing, n more replays back to back,
+                  each after the L2 flush, as a sustained load for bench/power.sh; their
+                  median is sustained_ms and their wall-clock window (Unix seconds)
+                  sustained_window.
   OUT             output folder (default ./out_local); writes peer_triton_kernels.json
                   and peer_triton_kernels.log there.
 """
@@ -76,6 +80,7 @@ SWIGLU_ALPHA = 1.702   # GPT-OSS values, as vLLM passes them
 SWIGLU_LIMIT = 7.0
 NUM_WARPS_SWIZZLE = 8  # vLLM's value for the non-batched MoE path
 ALT_NUM_WARPS = int(os.environ.get("PEER_ALT_NUM_WARPS", "4") or 0)  # 0 disables the extra sweep
+SUSTAIN_ROUNDS = int(os.environ.get("PEER_SUSTAIN_ROUNDS", "0") or 0)
 M_LIST_DEFAULT = [1, 2, 4, 8, 16, 32, 128, 256, 512, 1024, 2048, 8192]
 CHECK_M_DEFAULT = [1, 8, 32, 256, 2048, 8192]
 SEED = 20240607
@@ -380,6 +385,10 @@ def main():
         torch.cuda.synchronize()
         est = max(st.elapsed_time(en) / 5, 1e-3)
         n = n_rep or int(min(2000, max(20, 100.0 / est)))
+        return flushed_replays(g, n), g
+
+    def flushed_replays(g, n):
+        """The median of n replays of a captured graph, each after the L2 flush."""
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
         for i in range(n):
@@ -389,7 +398,7 @@ def main():
             ends[i].record()
         torch.cuda.synchronize()
         times = sorted(a.elapsed_time(b) for a, b in zip(starts, ends))
-        return float(times[len(times) // 2]), g
+        return float(times[len(times) // 2])
 
     # record the opt flags matmul_ogs picks (host-side wrapper, only around one eager call)
     orig_make_opt_flags = tk_matmul_mod.make_opt_flags
@@ -401,6 +410,14 @@ def main():
                            "num_warps": f.num_warps, "num_stages": f.num_stages, "split_k": f.split_k,
                            "is_persistent": f.is_persistent})
         return f
+
+    def sustain(g, n):
+        """n replays of a captured graph, each after the L2 flush, as graph_bench times them:
+        the median and the wall-clock window they ran in (for power sampling)."""
+        torch.cuda.synchronize()
+        t0 = time.time()
+        ms = flushed_replays(g, n)
+        return ms, [t0, time.time()]
 
     def graph_hot(g, n=200):
         """Back-to-back replays of an already captured graph, no L2 flush (weights stay L2-cold
@@ -473,9 +490,12 @@ def main():
                     torch.cuda.synchronize()
                     row["graph_matches_eager"] = bool(torch.equal(out.view(m, K), y_eager))
                     row["graph_ms_hot"] = graph_hot(g)
-                    del g
                     log("M=%5d graph layer %.4f ms (hot L2 %.4f ms; output == eager: %s)" % (
                         m, gms, row["graph_ms_hot"], row["graph_matches_eager"]))
+                    if SUSTAIN_ROUNDS > 0:
+                        row["sustained_ms"], row["sustained_window"] = sustain(g, SUSTAIN_ROUNDS)
+                        log("M=%5d sustained: %d replays, median %.4f ms" % (m, SUSTAIN_ROUNDS, row["sustained_ms"]))
+                    del g
                 except Exception as ex:  # graph capture may fail; report and go on
                     row["graph_error"] = "%s: %s" % (type(ex).__name__, str(ex)[:300])
                     log("M=%5d graph capture failed: %s" % (m, row["graph_error"]))
