@@ -7,7 +7,11 @@
 # the MUFU unit), cycles a warp between issued instructions and the
 # largest stall reasons' shares of them, warps eligible a cycle.
 #
-#   bash bench/kernels.sh [MS]        (default 512,2048,8192; needs ncu)
+# With TRITON_KERNELS_SRC set, triton_kernels' two GEMMs at each M follow
+# (bench/peer_triton_kernels.py's first forward), in the same tables.
+#
+#   [TRITON_KERNELS_SRC=...] bash bench/kernels.sh [MS]
+#                                     (default 512,2048,8192; needs ncu)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ms=${1:-512,2048,8192}
@@ -25,14 +29,8 @@ for r in $reasons; do metrics+=,${stall}_${r}_per_issue_active.ratio; done
 date -u
 "$km" --version
 csv=$(mktemp) || exit 1
-for m in ${ms//,/ }; do
-  echo "== M = $m"
-  # The bench's own L2 flush (kmoe_l2_flush) is left out; the first
-  # forward's kernels are printed, one line each.
-  ncu --clock-control none --kernel-name regex:'kmoe_(route|f4|wg|decode|grouped|act|final|quant)' --launch-count 8 \
-    --csv --metrics "$metrics" "$km" bench --backend cuda --m "$m" --rounds 1 --warmup 0 --graph=false --copy-mb 64 \
-    >"$csv" 2>/dev/null || { echo "ncu failed at M = $m"; exit 1; }
-  python3 - "$csv" "$stall" "$reasons" <<'PY'
+table=$(mktemp) || exit 1
+cat >"$table" <<'PY'
 import csv, sys
 lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
 kernels = {}
@@ -53,5 +51,24 @@ for name, v in kernels.items():
           f"{g('smsp__average_warp_latency_per_inst_issued.ratio'):>12} {g('smsp__warps_eligible.avg.per_cycle_active'):>8}  "
           + ", ".join(f"{r} {x:.2f}" for x, r in top[:4]))
 PY
+for m in ${ms//,/ }; do
+  echo "== M = $m"
+  # The bench's own L2 flush (kmoe_l2_flush) is left out; the first
+  # forward's kernels are printed, one line each.
+  ncu --clock-control none --kernel-name regex:'kmoe_(route|f4|wg|decode|grouped|act|final|quant)' --launch-count 8 \
+    --csv --metrics "$metrics" "$km" bench --backend cuda --m "$m" --rounds 1 --warmup 0 --graph=false --copy-mb 64 \
+    >"$csv" 2>/dev/null || { echo "ncu failed at M = $m"; exit 1; }
+  python3 "$table" "$csv" "$stall" "$reasons"
+  if [ -n "${TRITON_KERNELS_SRC:-}" ]; then
+    # triton_kernels' FC1 (its SwiGLU fused) and FC2 in its first eager
+    # forward at the same M (bench/peer_triton_kernels.py).
+    echo "-- triton_kernels, M = $m"
+    peer=$(mktemp -d) || exit 1
+    OUT="$peer" PEER_M="$m" PEER_ALT_NUM_WARPS=0 PEER_BUDGET_S=60 ncu --clock-control none --target-processes all \
+      --kernel-name regex:matmul --launch-count 2 --csv --metrics "$metrics" python3 bench/peer_triton_kernels.py \
+      >"$csv" 2>/dev/null || echo "ncu on triton_kernels failed at M = $m"
+    python3 "$table" "$csv" "$stall" "$reasons"
+    rm -rf "$peer"
+  fi
 done
-rm -f "$csv"
+rm -f "$csv" "$table"
