@@ -214,17 +214,19 @@ func TestF4TileReady(t *testing.T) {
 // launches it replaces (the memset, kmoe_x_bf16, kmoe_route_count,
 // kmoe_route_scatter) on the Kimi layer, whose EP filter leaves half the
 // entries to other ranks: just past the one-CTA routing (M=65), on the
-// 48-token tile with its ready counts (128) and past the activation
-// kernel by tile (300). Each forward follows one of another input, so a
-// pos not rewritten (no memset now) or a count left over would show; and
-// the profile shows which prologue ran.
+// 48-token tile with its ready counts (128), past the activation kernel
+// by tile (300) and at 33 passes of a routing CTA's threads over the
+// entries, each pass's rows following the one before (4200). Each
+// forward follows one of another input, so a pos not rewritten (no
+// memset now) or a count left over would show; and the profile shows
+// which prologue ran.
 func TestRouteXMany(t *testing.T) {
 	_, l, s, w, _ := kimiF4Layer(t)
 	set := func(maxM int) {
 		t.Helper()
 		setLayer(t, l, func(u *Tuning) { u.RouteManyMaxM = never(maxM) })
 	}
-	for _, m := range []int{65, 128, 300} {
+	for _, m := range []int{65, 128, 300, 4200} {
 		if l.PathFor(m) != "wgmma-fp4" || m*s.TopK <= abiRouteCTAMax {
 			t.Fatalf("M=%d: path %s, %d entries", m, l.PathFor(m), m*s.TopK)
 		}
