@@ -50,6 +50,7 @@ int atomicAdd(int*, int); unsigned atomicAdd(unsigned*, unsigned);
 float expf(float); float exp2f(float); float logf(float); float fabsf(float); float fminf(float, float);
 float fmaxf(float, float); float sqrtf(float); float tanhf(float); float log1pf(float); float expm1f(float);
 float floorf(float); float ceilf(float); float ldexpf(float, int); float frexpf(float, int*); float erfcf(float); float erff(float);
+float copysignf(float, float);
 EOS
 go run ./scripts/kernelsrc > "$dir/prog.cu"
 # Dynamic shared arrays (extern __shared__ x[]) become sized static ones.

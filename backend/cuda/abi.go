@@ -89,6 +89,22 @@ var abiParams = []struct {
 	{"SWIGLU_ALPHA", func(p *activation.Params) float64 { return p.SwigluAlpha }},
 	{"SWIGLU_BETA", func(p *activation.Params) float64 { return p.SwigluBeta }},
 	{"SWIGLU_LIMIT", func(p *activation.Params) float64 { return p.SwigluLimit }},
+	// SiTU's tanh constants for each beta (situTanh), derived here so
+	// that the kernels read them instead of dividing by the betas.
+	{"SITU_B_Q0", func(p *activation.Params) float64 { return situTanh(p.SituBeta).q[0] }},
+	{"SITU_B_Q1", func(p *activation.Params) float64 { return situTanh(p.SituBeta).q[1] }},
+	{"SITU_B_Q2", func(p *activation.Params) float64 { return situTanh(p.SituBeta).q[2] }},
+	{"SITU_B_Q3", func(p *activation.Params) float64 { return situTanh(p.SituBeta).q[3] }},
+	{"SITU_B_Q4", func(p *activation.Params) float64 { return situTanh(p.SituBeta).q[4] }},
+	{"SITU_B_EDGE", func(p *activation.Params) float64 { return situTanh(p.SituBeta).edge }},
+	{"SITU_B_EX", func(p *activation.Params) float64 { return situTanh(p.SituBeta).ex }},
+	{"SITU_LB_Q0", func(p *activation.Params) float64 { return situTanh(p.SituLinearBeta).q[0] }},
+	{"SITU_LB_Q1", func(p *activation.Params) float64 { return situTanh(p.SituLinearBeta).q[1] }},
+	{"SITU_LB_Q2", func(p *activation.Params) float64 { return situTanh(p.SituLinearBeta).q[2] }},
+	{"SITU_LB_Q3", func(p *activation.Params) float64 { return situTanh(p.SituLinearBeta).q[3] }},
+	{"SITU_LB_Q4", func(p *activation.Params) float64 { return situTanh(p.SituLinearBeta).q[4] }},
+	{"SITU_LB_EDGE", func(p *activation.Params) float64 { return situTanh(p.SituLinearBeta).edge }},
+	{"SITU_LB_EX", func(p *activation.Params) float64 { return situTanh(p.SituLinearBeta).ex }},
 }
 
 var abiParamStride = len(abiParams)
@@ -651,14 +667,15 @@ type testWiden4Args struct {
 	Out devptr `c:"u32*"`
 }
 
-// testDivParamArgs: the test of div_param (SiTU's division by its
-// parameters), float32 bits in and out.
-type testDivParamArgs struct {
-	X   devptr `c:"const u32*"`
-	B   devptr `c:"const u32*"`
-	Out devptr `c:"u32*"`
-	N   int32
-	Pad int32 `cname:"unused"`
+// testSituArgs: the test of situ, float32 bits in and out; Legacy
+// selects the float32 chain it replaced.
+type testSituArgs struct {
+	G      devptr `c:"const u32*"`
+	U      devptr `c:"const u32*"`
+	P      devptr `c:"const float*"`
+	Out    devptr `c:"u32*"`
+	N      int32
+	Legacy int32
 }
 
 // testMxfp8ValueArgs: the exhaustive test of mxfp8_value_bf16x2 over the
@@ -719,7 +736,7 @@ var (
 	kTestF4Widen  = spec[testF4WidenArgs]("kmoe_test_f4_widen")
 	kL2Flush      = spec[l2FlushArgs]("kmoe_l2_flush")
 	kActRequant   = spec[actRequantArgs]("kmoe_act_requant")
-	kTestDivParam = spec[testDivParamArgs]("kmoe_test_div_param")
+	kTestSitu     = spec[testSituArgs]("kmoe_test_situ")
 	kTestMxfp8Val = spec[testMxfp8ValueArgs]("kmoe_test_mxfp8_value")
 	kDecGemm1     = instances[decodeGemm1Args]("kmoe_decode_gemm1_n", decodeSubtiles)
 	kDecGemm2     = instances[decodeGemm2Args]("kmoe_decode_gemm2_n", decodeSubtiles)

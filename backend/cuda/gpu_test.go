@@ -106,54 +106,117 @@ func TestWiden4Exhaustive(t *testing.T) {
 	}
 }
 
-// div_param (the SiTU epilogue's x / beta: a product by the reciprocal
-// where beta is a power of two) against Go's float32 division, which is
-// IEEE round-to-nearest: bitwise for every power of two of either sign
-// (zero, subnormal, infinite and the reciprocals past the normal range,
-// which take the division, included), a few other divisors and NaN, each
-// with 2048 random bit patterns and the special values of x. A wrong
-// reciprocal exponent or sign shows at every power of two.
-func TestDivParam(t *testing.T) {
+// situ (the kernels' SiTU: polynomial and exponential tanh, one
+// reciprocal) against activation.Eval in float64, beside the float32
+// chain it replaced (tanhf, expf, IEEE divisions) on the same inputs and
+// device: gate and up swept, each beside six fixed values of the other,
+// over magnitudes from 2^-30 to 300 (past the tanh edges and, for the
+// gate, the sigmoid's underflow) and every float near the edges, both
+// signs, for
+// Kimi-K3's betas, two others and the extremes checkSitu admits. Errors
+// are in ulps of the float64 value's float32 neighbourhood; values whose
+// magnitude is below 2^-100 (where e^g underflows) are only required to
+// be tiny. The bounds: at most 8 ulps anywhere (situ's roundings: the
+// polynomial's ulp, expf's two, five products and the refined quotient's
+// one), and a mean error at most 1.25 times the old chain's, so the
+// requantization flips it causes stay as rare. A wrong
+// coefficient, a lost sign, a branch edge off or a reciprocal left
+// unrefined shows here; and the special values exactly.
+func TestSitu(t *testing.T) {
 	b := openCUDAOrSkip(t)
-	var bs []uint32
-	for e := range uint32(256) {
-		bs = append(bs, e<<23, 0x80000000|e<<23)
+	var sweep []float32 // magnitudes: 1420 an octave, and the 64 floats either side of each beta's edge and of 1
+	for v := float32(math.Ldexp(1, -30)); v < 300; v *= 1 + 1.0/2048 {
+		sweep = append(sweep, v)
 	}
-	for _, v := range []float32{25, 3, 1.5, -7, 0.1} {
-		bs = append(bs, math.Float32bits(v))
-	}
-	bs = append(bs, 1, 0x00400001, 0x7FC00000)
-	xs := []uint32{0, 0x80000000, 1, 0x80000001, 0x007FFFFF, 0x00800000, 0x3F800000, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F800000, 0xFF800000, 0x7FC00000}
-	r := uint64(1)
-	for range 2048 {
-		r = r*6364136223846793005 + 1442695040888963407
-		xs = append(xs, uint32(r>>32))
-	}
-	var x, d []uint32
-	for _, bv := range bs {
-		for _, xv := range xs {
-			x, d = append(x, xv), append(d, bv)
+	near := func(c float32) {
+		for i, v, w := 0, c, c; i < 64; i++ {
+			sweep, v, w = append(sweep, v, w), math.Nextafter32(v, 0), math.Nextafter32(w, 400)
 		}
 	}
-	out := runWordKernel(t, b, kTestDivParam, [][]uint32{x, d}, len(x), func(p []devptr) *testDivParamArgs {
-		return &testDivParamArgs{X: p[0], B: p[1], Out: p[2], N: i32(len(x))}
-	})
-	bad := 0
-	for i := range x {
-		want := math.Float32frombits(x[i]) / math.Float32frombits(d[i])
-		got := math.Float32frombits(out[i])
-		if want != want && got != got {
-			continue // NaN either way
+	near(1)
+	near(float32(situTanhReach * 4)) // the edge, in the sweep's units (scaled by beta / 4 and linear_beta / 25 below)
+	near(float32(situTanhReach * 25))
+	for i, n := 0, len(sweep); i < n; i++ {
+		sweep = append(sweep, -sweep[i])
+	}
+	fixed := []float32{1, -3, 0.37, 7.5, -20, 60}
+	betas := [][2]float64{{4, 25}, {2.5, 10}, {1, 1}, {situBetaMin, situBetaMax}, {situBetaMax, situBetaMin}}
+	type stat struct {
+		max, sum float64
+		n        int
+		worst    [2]float32
+	}
+	for _, bb := range betas {
+		p := activation.DefaultParams()
+		p.SituBeta, p.SituLinearBeta = bb[0], bb[1]
+		var g, u []uint32
+		add := func(gv, uv float32) { g, u = append(g, math.Float32bits(gv)), append(u, math.Float32bits(uv)) }
+		for _, f := range fixed {
+			for _, v := range sweep {
+				add(v*float32(bb[0]/4), f) // the gate's sweep, scaled to its beta
+				add(f, v*float32(bb[1]/25))
+			}
 		}
-		if math.Float32bits(want) != out[i] {
-			if bad++; bad <= 5 {
-				t.Errorf("div_param(%#08x, %#08x) = %#08x, want %#08x", x[i], d[i], out[i], math.Float32bits(want))
+		inf, nan := float32(math.Inf(1)), float32(math.NaN())
+		specials := [][2]float32{{0, 1}, {float32(math.Copysign(0, -1)), 1}, {1, 0}, {inf, inf}, {-inf, 2}, {-inf, -2}, {inf, -inf},
+			{nan, 1}, {1, nan}, {math.MaxFloat32, -math.MaxFloat32}}
+		for _, sp := range specials {
+			add(sp[0], sp[1])
+		}
+		pk := packParams([]activation.Params{p})
+		pw := make([]uint32, len(pk))
+		for i, f := range pk {
+			pw[i] = math.Float32bits(f)
+		}
+		var st [2]stat
+		var outs [2][]uint32
+		for legacy := range 2 {
+			outs[legacy] = runWordKernel(t, b, kTestSitu, [][]uint32{g, u, pw}, len(g), func(d []devptr) *testSituArgs {
+				return &testSituArgs{G: d[0], U: d[1], P: d[2], Out: d[3], N: i32(len(g)), Legacy: i32(legacy)}
+			})
+		}
+		nsp := len(specials)
+		for i := range len(g) - nsp {
+			gv, uv := math.Float32frombits(g[i]), math.Float32frombits(u[i])
+			ref := activation.Eval(activation.Situ, &p, float64(gv), float64(uv))
+			for k := range 2 {
+				got := float64(math.Float32frombits(outs[k][i]))
+				if math.Abs(ref) < 0x1p-100 {
+					if k == 0 && math.Abs(got) > 0x1p-99 {
+						t.Errorf("betas %v: situ(%g, %g) = %g, want about %g", bb, gv, uv, got, ref)
+					}
+					continue
+				}
+				e := math.Abs(got-ref) / ulpOf(ref)
+				if !(e <= st[k].max) { // NaN too
+					st[k].max, st[k].worst = e, [2]float32{gv, uv}
+				}
+				st[k].sum += e
+				st[k].n++
+			}
+		}
+		mean := func(s stat) float64 { return s.sum / float64(s.n) }
+		t.Logf("betas %v, %d values: situ max %.2f ulp (at %v) mean %.3f; the old chain max %.2f (at %v) mean %.3f",
+			bb, st[0].n, st[0].max, st[0].worst, mean(st[0]), st[1].max, st[1].worst, mean(st[1]))
+		if !(st[0].max <= 8) || !(mean(st[0]) <= 1.25*mean(st[1])) {
+			t.Errorf("betas %v: situ max %.2f ulp (at %v), mean %.3f against the old chain's %.3f; want at most 8 and 1.25x",
+				bb, st[0].max, st[0].worst, mean(st[0]), mean(st[1]))
+		}
+		for j, sp := range specials {
+			got := math.Float32frombits(outs[0][len(g)-nsp+j])
+			want := float32(activation.Eval(activation.Situ, &p, float64(sp[0]), float64(sp[1])))
+			if math.Float32bits(got) != math.Float32bits(want) && !(got != got && want != want) {
+				t.Errorf("betas %v: situ(%g, %g) = %g (%#08x), want %g (%#08x)", bb, sp[0], sp[1], got, math.Float32bits(got), want, math.Float32bits(want))
 			}
 		}
 	}
-	if bad > 5 {
-		t.Errorf("... %d of %d wrong", bad, len(x))
-	}
+}
+
+// ulpOf is the spacing of float32 values at |v|'s binade (the smallest
+// subnormal's below the normal range).
+func ulpOf(v float64) float64 {
+	_, e := math.Frexp(math.Abs(v)) // |v| in [2^(e-1), 2^e)
+	return math.Ldexp(1, max(e-1, -126)-23)
 }
 
 // mxfp8_value_bf16x2 (the MXFP8 values of two requantized activations or

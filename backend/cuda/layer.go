@@ -75,6 +75,9 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 	if err := spec.Validate(w); err != nil {
 		return nil, err
 	}
+	if err := checkSitu(spec); err != nil {
+		return nil, err
+	}
 	numGlobal, err := spec.EP.NumGlobal(w.E)
 	if err != nil {
 		return nil, err

@@ -31,7 +31,7 @@ static_assert(KMOE_THREADS == 256, "the GEMMs' warp roles assume 8 warps");
 static_assert(KMOE_GEMM1_FEATURES == 64, "GEMM1: 8 warps x 8 features, two 32-feature MXFP8 blocks per CTA");
 static_assert(KMOE_GEMM2_ROWS == 128, "GEMM2: 8 warps x 16 rows");
 static_assert(KMOE_STAGE_K == 128, "stage_tokens moves KC/16 16-byte pieces per token");
-static_assert(KMOE_PARAM_STRIDE == 5, "gated_act reads 5 parameters per expert");
+static_assert(KMOE_PARAM_STRIDE == 19, "gated_act reads 5 parameters and SiTU 14 derived constants per expert");
 
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 __device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }

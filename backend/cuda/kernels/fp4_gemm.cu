@@ -191,7 +191,7 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_DEEP2_BLOCKS
 // The rows' expert is e_row, or (e_row < 0) found from the row where its
 // parameters or bias are needed. On the bf16 chain the activation is
 // stored as BF16 with no requantization. SK (SiTU): sk holds the rows'
-// parameters, chosen once by the caller (situ_k).
+// constants, read once by the caller (situ_k).
 template <int KIND, bool SK = false>
 __device__ __forceinline__ void act_requant_blocks4(const ActRequantArgs& a, u32 b0, u32 total, int e_row, SituK sk = SituK{}) {
     const u32 nb = (u32)a.n / 32;
@@ -231,7 +231,7 @@ __device__ __forceinline__ void act_requant_blocks4(const ActRequantArgs& a, u32
 // Blocks first, first + step, ... below end, four a warp at a time (the
 // rows' expert e_row as act_requant_blocks4 takes it). situ: where KIND is
 // SiTU, the one parameter set of every row here (Kimi-K3's), whose
-// divisions are then chosen once a thread, not once an element (situ_k);
+// constants are then read once a thread, not once an element (situ_k);
 // null where the rows' parameters differ.
 template <int KIND>
 __device__ __forceinline__ void act_requant_loop(const ActRequantArgs& a, u32 first, u32 end, u32 step, int e_row,

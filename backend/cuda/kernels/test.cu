@@ -8,10 +8,21 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_test_widen4(cons
     if (v < 65536u) a.out[v] = widen4(v);
 }
 
-// The test of div_param: out[i] = div_param(x[i], b[i]), as bits.
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_test_div_param(const TestDivParamArgs a) {
+// The test of situ: out[i] = SiTU(g[i], u[i]) with the parameters p
+// (one expert's, packed), as bits; legacy: the float32 chain situ
+// replaced (tanhf, expf, IEEE divisions), for TestSitu's comparison.
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS) kmoe_test_situ(const TestSituArgs a) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < a.n) a.out[i] = __float_as_uint(div_param(__uint_as_float(a.x[i]), __uint_as_float(a.b[i])));
+    if (i >= a.n) return;
+    const float g = __uint_as_float(a.g[i]), u = __uint_as_float(a.u[i]);
+    float v;
+    if (a.legacy) {
+        const float b = a.p[KMOE_PARAM_SITU_BETA], lb = a.p[KMOE_PARAM_SITU_LINEAR_BETA];
+        v = b * tanhf(__fdiv_rn(g, b)) * (1.0f / (1.0f + expf(-g))) * (lb * tanhf(__fdiv_rn(u, lb)));
+    } else {
+        v = situ(situ_k(a.p), g, u);
+    }
+    a.out[i] = __float_as_uint(v);
 }
 
 // The exhaustive test of f4_widen and f4_mults: out[4i + j] is register j
