@@ -212,13 +212,6 @@ func TestSitu(t *testing.T) {
 	}
 }
 
-// ulpOf is the spacing of float32 values at |v|'s binade (the smallest
-// subnormal's below the normal range).
-func ulpOf(v float64) float64 {
-	_, e := math.Frexp(math.Abs(v)) // |v| in [2^(e-1), 2^e)
-	return math.Ldexp(1, max(e-1, -126)-23)
-}
-
 // mxfp8_value_bf16x2 (the MXFP8 values of two requantized activations or
 // x elements, as BF16, through the hardware's E4M3 conversion) against
 // the code and back, the functions the oracle's vectors test (mxfp8_bf16

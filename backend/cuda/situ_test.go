@@ -138,3 +138,10 @@ func TestCheckSitu(t *testing.T) {
 		t.Errorf("swiglu with unused SiTU betas: %v", err)
 	}
 }
+
+// ulpOf is the spacing of float32 values at |v|'s binade (the smallest
+// subnormal's below the normal range).
+func ulpOf(v float64) float64 {
+	_, e := math.Frexp(math.Abs(v)) // |v| in [2^(e-1), 2^e)
+	return math.Ldexp(1, max(e-1, -126)-23)
+}
