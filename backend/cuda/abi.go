@@ -4,6 +4,7 @@ import (
 	"embed"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	"kimimoe/activation"
@@ -80,31 +81,30 @@ const (
 
 // Activation parameters are packed per expert as abiParamStride float32s
 // in this order (the kernel indexes them with the KMOE_PARAM_* macros).
-var abiParams = []struct {
+type abiParam struct {
 	name  string
 	value func(*activation.Params) float64
-}{
+}
+
+var abiParams = slices.Concat([]abiParam{
 	{"SITU_BETA", func(p *activation.Params) float64 { return p.SituBeta }},
 	{"SITU_LINEAR_BETA", func(p *activation.Params) float64 { return p.SituLinearBeta }},
 	{"SWIGLU_ALPHA", func(p *activation.Params) float64 { return p.SwigluAlpha }},
 	{"SWIGLU_BETA", func(p *activation.Params) float64 { return p.SwigluBeta }},
 	{"SWIGLU_LIMIT", func(p *activation.Params) float64 { return p.SwigluLimit }},
-	// SiTU's tanh constants for each beta (situTanh), derived here so
-	// that the kernels read them instead of dividing by the betas.
-	{"SITU_B_Q0", func(p *activation.Params) float64 { return situTanh(p.SituBeta).q[0] }},
-	{"SITU_B_Q1", func(p *activation.Params) float64 { return situTanh(p.SituBeta).q[1] }},
-	{"SITU_B_Q2", func(p *activation.Params) float64 { return situTanh(p.SituBeta).q[2] }},
-	{"SITU_B_Q3", func(p *activation.Params) float64 { return situTanh(p.SituBeta).q[3] }},
-	{"SITU_B_Q4", func(p *activation.Params) float64 { return situTanh(p.SituBeta).q[4] }},
-	{"SITU_B_EDGE", func(p *activation.Params) float64 { return situTanh(p.SituBeta).edge }},
-	{"SITU_B_EX", func(p *activation.Params) float64 { return situTanh(p.SituBeta).ex }},
-	{"SITU_LB_Q0", func(p *activation.Params) float64 { return situTanh(p.SituLinearBeta).q[0] }},
-	{"SITU_LB_Q1", func(p *activation.Params) float64 { return situTanh(p.SituLinearBeta).q[1] }},
-	{"SITU_LB_Q2", func(p *activation.Params) float64 { return situTanh(p.SituLinearBeta).q[2] }},
-	{"SITU_LB_Q3", func(p *activation.Params) float64 { return situTanh(p.SituLinearBeta).q[3] }},
-	{"SITU_LB_Q4", func(p *activation.Params) float64 { return situTanh(p.SituLinearBeta).q[4] }},
-	{"SITU_LB_EDGE", func(p *activation.Params) float64 { return situTanh(p.SituLinearBeta).edge }},
-	{"SITU_LB_EX", func(p *activation.Params) float64 { return situTanh(p.SituLinearBeta).ex }},
+}, situParams("B", func(p *activation.Params) float64 { return p.SituBeta }),
+	situParams("LB", func(p *activation.Params) float64 { return p.SituLinearBeta }))
+
+// situParams are one SiTU beta's derived constants (situTanh), SITU_tag_Q0
+// .. Q4, _EDGE and _EX, so that the kernels read them instead of dividing
+// by the beta.
+func situParams(tag string, beta func(*activation.Params) float64) []abiParam {
+	var ps []abiParam
+	for i := range len(situConsts{}.q) {
+		ps = append(ps, abiParam{fmt.Sprintf("SITU_%s_Q%d", tag, i), func(p *activation.Params) float64 { return situTanh(beta(p)).q[i] }})
+	}
+	return append(ps, abiParam{"SITU_" + tag + "_EDGE", func(p *activation.Params) float64 { return situTanh(beta(p)).edge }},
+		abiParam{"SITU_" + tag + "_EX", func(p *activation.Params) float64 { return situTanh(beta(p)).ex }})
 }
 
 var abiParamStride = len(abiParams)
