@@ -11,11 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 ms=${1:-1,8,32,128,512} passes=${2:-3}
 export NCCL_NVLS_ENABLE=0 KIMIMOE_CACHE="${KIMIMOE_CACHE:-/tmp/kimimoe-cubin}"
-if command -v go >/dev/null; then
-  go build -buildvcs=true -o /tmp/kimimoe-bench ./cmd/kimimoe || exit 1
-  KIMIMOE=/tmp/kimimoe-bench
-fi
-km=${KIMIMOE:-kimimoe}
+. bench/kimimoe.sh # km: the command
 out=$(mktemp -d) || exit 1
 date -u
 "$km" --version

@@ -16,11 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 ms=${1:-512,2048,8192}
 export NCCL_NVLS_ENABLE=0 KIMIMOE_CACHE="${KIMIMOE_CACHE:-/tmp/kimimoe-cubin}"
-if command -v go >/dev/null; then
-  go build -buildvcs=true -o /tmp/kimimoe-bench ./cmd/kimimoe || exit 1
-  KIMIMOE=/tmp/kimimoe-bench
-fi
-km=${KIMIMOE:-kimimoe}
+. bench/kimimoe.sh # km: the command
 stall=smsp__average_warps_issue_stalled
 metrics=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__issue_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
 metrics+=,smsp__inst_executed.sum,sm__inst_executed_pipe_xu.sum,smsp__average_warp_latency_per_inst_issued.ratio,smsp__warps_eligible.avg.per_cycle_active

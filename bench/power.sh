@@ -15,11 +15,7 @@ cd "$(dirname "$0")/.."
 m=${1:-8192}
 rounds=${2:-150}
 export NCCL_NVLS_ENABLE=0 KIMIMOE_CACHE="${KIMIMOE_CACHE:-/tmp/kimimoe-cubin}"
-if command -v go >/dev/null; then
-  go build -buildvcs=true -o /tmp/kimimoe-bench ./cmd/kimimoe || exit 1
-  KIMIMOE=/tmp/kimimoe-bench
-fi
-km=${KIMIMOE:-kimimoe}
+. bench/kimimoe.sh # km: the command
 date -u
 "$km" --version
 nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv,noheader

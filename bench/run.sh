@@ -27,11 +27,7 @@ mkdir -p "$final" || exit 1
 out=$(mktemp -d) || exit 1
 exec > >(tee "$out/run.log") 2>&1
 export NCCL_NVLS_ENABLE=0 KIMIMOE_CACHE="${KIMIMOE_CACHE:-/tmp/kimimoe-cubin}"
-if command -v go >/dev/null; then
-  go build -buildvcs=true -o /tmp/kimimoe-bench ./cmd/kimimoe || exit 1
-  KIMIMOE=/tmp/kimimoe-bench
-fi
-km=${KIMIMOE:-kimimoe}
+. bench/kimimoe.sh # km: the command
 # SHAPE: the benched layer (kimimoe bench --shape); the Triton MX MoE runs
 # the Kimi shape only.
 case $shape in

@@ -19,11 +19,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 kernels=${1:-kmoe_f4_gemm1_w3rf_t128,kmoe_f4_gemm2_w3rf_t128,kmoe_f4_gemm2_t128}
-if command -v go >/dev/null; then
-  go build -buildvcs=true -o /tmp/kimimoe-bench ./cmd/kimimoe || exit 1
-  KIMIMOE=/tmp/kimimoe-bench
-fi
-km=${KIMIMOE:-kimimoe}
+. bench/kimimoe.sh # km: the command
 cache=${SASS_CACHE:-}
 [ -z "${SASS_OUT:-}" ] || mkdir -p "$SASS_OUT" || exit 1
 if [ -z "$cache" ]; then
