@@ -112,16 +112,15 @@ func TestWiden4Exhaustive(t *testing.T) {
 // device: gate and up swept, each beside six fixed values of the other,
 // over magnitudes from 2^-30 to 300 (past the tanh edges and, for the
 // gate, the sigmoid's underflow) and every float near the edges, both
-// signs, for
-// Kimi-K3's betas, two others and the extremes checkSitu admits. Errors
-// are in ulps of the float64 value's float32 neighbourhood; values whose
-// magnitude is below 2^-100 (where e^g underflows) are only required to
-// be tiny. The bounds: at most 8 ulps anywhere (situ's roundings: the
-// polynomial's ulp, expf's two, five products and the refined quotient's
-// one), and a mean error at most 1.25 times the old chain's, so the
-// requantization flips it causes stay as rare. A wrong
-// coefficient, a lost sign, a branch edge off or a reciprocal left
-// unrefined shows here; and the special values exactly.
+// signs, for Kimi-K3's betas, two others and the extremes checkSitu
+// admits. Errors are in ulps of the float64 value's float32
+// neighbourhood; values whose magnitude is below 2^-100 (where e^g
+// underflows) are only required to be tiny. The bounds: at most 8 ulps
+// anywhere (situ's roundings: the polynomial's ulp, expf's two, five
+// products and the refined quotient's one), and a mean error at most
+// 1.25 times the old chain's, so the requantization flips it causes stay
+// as rare. A wrong coefficient, a lost sign, a branch edge off or a
+// reciprocal left unrefined shows here; and the special values exactly.
 func TestSitu(t *testing.T) {
 	b := openCUDAOrSkip(t)
 	var sweep []float32 // magnitudes: 1420 an octave, and the 64 floats either side of each beta's edge and of 1

@@ -25,7 +25,7 @@ __device__ __forceinline__ float rcp_approx(float x) {
 }
 
 // One SiTU beta b's tanh, b tanh(x / b), from the derived parameters the
-// host computes in float64 and rounds once (situTanh in abi.go): q, the
+// host computes in float64 and rounds once (situTanh in situ.go): q, the
 // odd polynomial's coefficients c_i / b^(2i+2) of x + x s Q(s), s = x^2,
 // for |x| <= edge = 0.6 b (the fit's reach), and ex = -2 log2(e) / b,
 // with which exp(-2|x| / b) = 2^(|x| ex) gives the rest.
@@ -69,9 +69,9 @@ __device__ __forceinline__ SituK situ_k(const float* p) {
 // expf's (its argument reduced before MUFU's 2^x). Each factor takes its
 // input's sign after the branch, and the result the quotient q's, so
 // zeros keep theirs. NaN in either input gives NaN; g = -inf gives -0
-// (the oracle's -b x 0). The float32 chain it replaced (two tanhf, expf,
-// two IEEE divisions) took about twice the instructions; TestSitu holds
-// both against float64.
+// (the oracle's -b x 0). It replaced a float32 chain of two tanhf, expf
+// and two IEEE divisions, which took more instructions (docs/PERF.md);
+// TestSitu holds both against float64.
 __device__ __forceinline__ float situ(const SituK& k, float g, float u) {
     const float ag = fabsf(g), au = fabsf(u);
     const float eb = ex2_approx(__fmul_rn(ag, k.g.ex)), e = expf(-ag), el = ex2_approx(__fmul_rn(au, k.u.ex));
