@@ -100,6 +100,7 @@ type kernels struct {
 	f4sGemm2     map[int]kernel[f4Gemm2Args]
 	f4sGemm2Deep kernel[f4Gemm2Args]                  // its GEMM2 at 8 tokens for small grids (f4sDeep2)
 	actRequant   kernel[actRequantArgs]               // GEMM1's epilogue on its own (Plan.ActKernel)
+	actResident  int                                  // actRequant's CTAs an SM holds at once (Plan.ActCTAs)
 	f4W3Gemm1    [len(f4W3Suffix)]kernel[f4Gemm1Args] // GEMM1 in three warpgroups (Plan.W3), by k loop (f4W3Loop)
 	f4W3Gemm2    [len(f4W3Suffix)]kernel[f4Gemm2Args] // GEMM2 in three warpgroups (Plan.W3Gemm2), by k loop
 }
@@ -160,6 +161,10 @@ func loadKernels(m cu.Module) (*kernels, error) {
 	add(err)
 	k.actRequant, err = bind[actRequantArgs](m, kActRequant)
 	add(err)
+	if err == nil {
+		k.actResident, err = cu.FuncResidentCTAs(k.actRequant.fn, abiThreads, 0)
+		add(err)
+	}
 	for i := range f4W3Suffix {
 		k.f4W3Gemm1[i], err = bindSmem[f4Gemm1Args](m, kF4W3Gemm1[i], f4Smem(f4W3Tile))
 		add(err)

@@ -88,6 +88,20 @@ func TestLayerLifecycle(t *testing.T) {
 	}
 }
 
+// The activation kernel's residency comes from the driver's occupancy
+// (cu.FuncResidentCTAs): between 1 and the 8 CTAs of 256 threads an SM's
+// 2048 threads allow, and the plan of a forward over its grid reports it.
+func TestActResident(t *testing.T) {
+	b := openCUDAOrSkip(t)
+	if n := b.k.actResident; n < 1 || n > 2048/abiThreads {
+		t.Fatalf("the activation kernel: %d CTAs an SM resident", n)
+	}
+	_, l, s, _, _ := kimiF4Layer(t) // skips off sm_90a
+	if p := l.PlanFor(8192, s.TopK); p.ActCTAs != actCTAsSM || p.ActResident != b.k.actResident {
+		t.Errorf("M=8192: %s", p)
+	}
+}
+
 // The kernels' E2M1 -> E4M3 widening, for all 65536 inputs of four codes,
 // against package mxfp's decoders (which the reference vectors check):
 // every byte must decode to its nibble's value, signed zeros included.

@@ -157,7 +157,7 @@ func (l *Layer) rowK(p Path) int {
 // MXFP8 values BF16 does not hold (wide) or not.
 func (l *Layer) plan(m, topk int, wide bool) Plan {
 	return choosePlan(planShape{m: m, topk: topk, k: l.w.K, n: l.w.N, e: l.w.E, allLocal: l.spec.EP.Normalize().Size == 1,
-		wg: l.wg.w31 != 0, f4: l.f4.w31 != 0, wgRows: l.wg.rows, wide: wide, bf16: l.spec.Chain == moe.ChainBF16, tune: l.tune})
+		wg: l.wg.w31 != 0, f4: l.f4.w31 != 0, wgRows: l.wg.rows, wide: wide, bf16: l.spec.Chain == moe.ChainBF16, actResident: l.b.k.actResident, tune: l.tune})
 }
 
 // PlanFor is the launch plan of a forward of m tokens of top-k whose x

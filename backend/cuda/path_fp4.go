@@ -50,7 +50,7 @@ func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 	if p.ActKernel {
 		gemm1 = append(gemm1, step{"act_requant", func() error {
 			warps := (entries*np/32 + 3) / 4 // the routed rows' blocks (an upper bound), four a warp at a time
-			grid := [3]int{min((warps+abiThreads/32-1)/(abiThreads/32), actCTAsSM*b.sms), 1, 1}
+			grid := [3]int{min((warps+abiThreads/32-1)/(abiThreads/32), p.ActCTAs*b.sms), 1, 1}
 			if p.ActByTile {
 				grid = [3]int{tt, p.Tiles, 1} // a CTA a row of a tile
 			}

@@ -62,25 +62,27 @@ func (p Prologue) steps() []string {
 // range) by choosePlan from the shape, the device and the layer's Tuning,
 // and executed as it is (steps.go); nothing re-decides it.
 type Plan struct {
-	M, TopK   int
-	Path      Path
-	Wide      bool     // x has values BF16 does not hold: the mma.sync GEMMs where the shape picks a BF16 path
-	Tile      int      // tokens a tile (0 on decode)
-	Tiles     int      // the grouped GEMMs' grid rows: the most tiles any routing makes
-	Subtiles  int      // decode: 8-token subtiles a pass
-	WGRows    [2]int   // wgmma: GEMM1's and GEMM2's weight rows a tile
-	Loop      Loop     // wgmma-fp4: the k-loop
-	Deep2     bool     // wgmma-fp4: GEMM2's deep 8-token variant
-	PDL       bool     // wgmma-fp4: programmatic dependent launch
-	ActKernel bool     // wgmma-fp4: the activation as a kernel of its own
-	ActByTile bool     // ... by tile, beside GEMM1's last tiles
-	W3        bool     // wgmma-fp4: GEMM1 in three warpgroups (kmoe_f4_gemm1_w3_t128), the activation kernel after it
-	W3Gemm2   bool     // wgmma-fp4: GEMM2 in three warpgroups (kmoe_f4_gemm2_w3_t128)
-	Ring      bool     // wgmma-fp4: the three-warpgroup GEMMs' stages on mbarriers, no CTA barrier a step (the _w3r_ kernels)
-	W3Fit     bool     // ... their wgmmas at the tile's tokens rounded up to f4W3FitStep (the _w3rf_ kernels)
-	TileReady bool     // wgmma-fp4: GEMM2 waits for its tile's producers, not all of them
-	Prologue  Prologue // grouped paths
-	Steps     []string // the launches, in order (Profile's names)
+	M, TopK     int
+	Path        Path
+	Wide        bool     // x has values BF16 does not hold: the mma.sync GEMMs where the shape picks a BF16 path
+	Tile        int      // tokens a tile (0 on decode)
+	Tiles       int      // the grouped GEMMs' grid rows: the most tiles any routing makes
+	Subtiles    int      // decode: 8-token subtiles a pass
+	WGRows      [2]int   // wgmma: GEMM1's and GEMM2's weight rows a tile
+	Loop        Loop     // wgmma-fp4: the k-loop
+	Deep2       bool     // wgmma-fp4: GEMM2's deep 8-token variant
+	PDL         bool     // wgmma-fp4: programmatic dependent launch
+	ActKernel   bool     // wgmma-fp4: the activation as a kernel of its own
+	ActByTile   bool     // ... by tile, beside GEMM1's last tiles
+	ActCTAs     int      // ... over the grid: its grid's CTAs an SM (at most)
+	ActResident int      // ... and how many an SM holds at once (0: not known)
+	W3          bool     // wgmma-fp4: GEMM1 in three warpgroups (kmoe_f4_gemm1_w3_t128), the activation kernel after it
+	W3Gemm2     bool     // wgmma-fp4: GEMM2 in three warpgroups (kmoe_f4_gemm2_w3_t128)
+	Ring        bool     // wgmma-fp4: the three-warpgroup GEMMs' stages on mbarriers, no CTA barrier a step (the _w3r_ kernels)
+	W3Fit       bool     // ... their wgmmas at the tile's tokens rounded up to f4W3FitStep (the _w3rf_ kernels)
+	TileReady   bool     // wgmma-fp4: GEMM2 waits for its tile's producers, not all of them
+	Prologue    Prologue // grouped paths
+	Steps       []string // the launches, in order (Profile's names)
 }
 
 // w3Loop is the k loop the plan's three-warpgroup GEMMs run.
@@ -117,6 +119,12 @@ func (p Plan) String() string {
 			if f.on {
 				b.WriteString(", " + f.what)
 			}
+		}
+	}
+	if p.ActCTAs > 0 {
+		fmt.Fprintf(&b, ", activation kernel %d CTAs an SM", p.ActCTAs)
+		if p.ActResident > 0 {
+			fmt.Fprintf(&b, " (%d resident)", p.ActResident)
 		}
 	}
 	if p.Tiles > 0 {

@@ -116,7 +116,8 @@ const f4TileReadyMinM = 2
 // GEMM1 pays from the 48-token tiles up and costs more below. Its input,
 // GEMM1's float32 up and gate, takes 8 bytes an entry and feature (3.2 GB
 // at M=8192, top-16, Kimi shape): the upper bound keeps it bounded.
-// actCTAsSM bounds its grid, CTAs an SM.
+// actCTAsSM bounds its grid, CTAs an SM (Plan.ActCTAs): 5, 10 and 15
+// measured within noise of 8 at M = 1024 to 8192 (docs/PERF.md).
 const (
 	f4ActMinMDefault = 89
 	f4ActMaxMDefault = 8192
@@ -163,6 +164,7 @@ type planShape struct {
 	wgRows           [2]int // the wgmma GEMMs' weight rows a tile
 	wide             bool   // x has MXFP8 values BF16 does not hold (xOutsideBF16)
 	bf16             bool   // the bf16 chain: x and the intermediate as BF16, which only the two wgmma paths run
+	actResident      int    // the activation kernel's CTAs an SM holds at once (the driver's occupancy); 0: unknown
 	tune             Tuning
 }
 
@@ -240,6 +242,7 @@ func choosePlan(s planShape) Plan {
 		p.ActByTile = p.ActKernel && p.TileReady && em <= or(t.ActByTileMaxM, actByTileMaxMDefault)
 		if p.ActKernel && !p.ActByTile {
 			p.TileReady = false // GEMM2 waits for all of the activation kernel
+			p.ActCTAs, p.ActResident = or(t.ActCTAsSM, actCTAsSM), s.actResident
 		}
 		// GEMM1 in three warpgroups: the 128-token tile's plain loop, its
 		// up and gate for the activation kernel, N a whole number of its CTAs.

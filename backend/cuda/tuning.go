@@ -26,6 +26,7 @@ type Tuning struct {
 	FP4ActMinM    int  // fewest tokens whose activation runs as a kernel of its own; 0: policy
 	FP4ActMaxM    int  // most such tokens; 0: policy; -1: never
 	ActByTileMaxM int  // most tokens whose activation kernel runs by tile; 0: policy; -1: never
+	ActCTAsSM     int  // the activation kernel's grid over the rows, CTAs an SM; 0: policy (actCTAsSM)
 	RouteManyMaxM int  // most tokens on the one-launch kmoe_route_x_many prologue; 0: policy; -1: never
 	NoFP4Sync     bool // the small tiles on the wgmma loop, not the barrier-free mma.sync loop
 	NoPDL         bool // no programmatic dependent launch on the wgmma-fp4 path
@@ -74,6 +75,7 @@ var tuningKeys = []tuningKey{
 	{"fp4-act-min-m", "fewest M with the activation as a kernel of its own", func(t *Tuning) any { return &t.FP4ActMinM }},
 	{"fp4-act-max-m", "most such M (-1: never)", func(t *Tuning) any { return &t.FP4ActMaxM }},
 	{"act-by-tile-max-m", "most M whose activation kernel runs by tile (-1: never)", func(t *Tuning) any { return &t.ActByTileMaxM }},
+	{"act-ctas-sm", "the activation kernel's CTAs an SM, over the rows", func(t *Tuning) any { return &t.ActCTAsSM }},
 	{"route-many-max-m", "most M on the one-launch routing prologue (-1: never)", func(t *Tuning) any { return &t.RouteManyMaxM }},
 	{"fp4-sync", "off: the small tiles on the wgmma loop", func(t *Tuning) any { return &t.NoFP4Sync }},
 	{"pdl", "off: no programmatic dependent launch", func(t *Tuning) any { return &t.NoPDL }},
@@ -146,8 +148,8 @@ func (t Tuning) check() error {
 	if t.FP4Tile != 0 && !slices.Contains(f4Tiles, t.FP4Tile) {
 		return fmt.Errorf("%w: the wgmma-fp4 tile %d is not one of %v", backend.ErrUnsupported, t.FP4Tile, f4Tiles)
 	}
-	if t.WGMMAMinM < 0 || t.FP4ActMinM < 0 || t.FP4Tile < 0 {
-		return fmt.Errorf("%w: a smallest M or a tile of -1", backend.ErrUnsupported)
+	if t.WGMMAMinM < 0 || t.FP4ActMinM < 0 || t.FP4Tile < 0 || t.ActCTAsSM < 0 {
+		return fmt.Errorf("%w: a smallest M, a tile or CTAs an SM of -1", backend.ErrUnsupported)
 	}
 	return nil
 }

@@ -13,10 +13,10 @@ import (
 // error naming it: a mistyped override must not time the policy silently.
 func TestParseTuning(t *testing.T) {
 	all := "decode-max-m=-1,fp4-max-m=512,wgmma-min-m=1,wgmma=off,fp4-tile=48,fp4-fit-max-m=-1,fp4-act-min-m=1," +
-		"fp4-act-max-m=100000,act-by-tile-max-m=-1,route-many-max-m=-1,fp4-sync=off,pdl=off,tile-ready=off,flush=write"
+		"fp4-act-max-m=100000,act-by-tile-max-m=-1,act-ctas-sm=5,route-many-max-m=-1,fp4-sync=off,pdl=off,tile-ready=off,flush=write"
 	tu, err := ParseTuning(all)
 	want := Tuning{DecodeMaxM: -1, FP4MaxM: 512, WGMMAMinM: 1, NoWGMMA: true, FP4Tile: 48, FP4FitMaxM: -1, FP4ActMinM: 1,
-		FP4ActMaxM: 100000, ActByTileMaxM: -1, RouteManyMaxM: -1, NoFP4Sync: true, NoPDL: true, NoTileReady: true, Flush: FlushWrite}
+		FP4ActMaxM: 100000, ActByTileMaxM: -1, ActCTAsSM: 5, RouteManyMaxM: -1, NoFP4Sync: true, NoPDL: true, NoTileReady: true, Flush: FlushWrite}
 	if err != nil || tu != want {
 		t.Fatalf("ParseTuning(every key) = %+v, %v", tu, err)
 	}
@@ -30,7 +30,7 @@ func TestParseTuning(t *testing.T) {
 		t.Errorf("the empty string: %+v, %v", tu, err)
 	}
 	for _, bad := range []string{"fp4-maxm=1", "fp4-max-m", "fp4-max-m=0", "fp4-max-m=-2", "fp4-max-m=x", "pdl=no",
-		"flush=0", "fp4-tile=40", "decode-max-m=1,decode-max-m=2"} {
+		"flush=0", "fp4-tile=40", "act-ctas-sm=-1", "decode-max-m=1,decode-max-m=2"} {
 		_, err := ParseTuning(bad)
 		if !errors.Is(err, backend.ErrUnsupported) || !strings.Contains(err.Error(), strings.SplitN(strings.SplitN(bad, ",", 2)[0], "=", 2)[0]) &&
 			!strings.Contains(err.Error(), "tile") {

@@ -42,6 +42,7 @@ typedef struct {
 	CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
 	CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
 	CUresult (*cuFuncGetAttribute)(int*, int, CUfunction);
+	CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int, size_t);
 	CUresult (*cuMemAlloc)(CUdeviceptr*, size_t);
 	CUresult (*cuMemFree)(CUdeviceptr);
 	CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void*, size_t, CUstream);
@@ -133,6 +134,7 @@ static const char* kmoe_load_cuda(const char* path) {
 	SYM(t, cuModuleGetFunction, "cuModuleGetFunction");
 	SYM(t, cuFuncSetAttribute, "cuFuncSetAttribute");
 	SYM(t, cuFuncGetAttribute, "cuFuncGetAttribute");
+	SYM(t, cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
 	SYM(t, cuMemAlloc, "cuMemAlloc_v2");
 	SYM(t, cuMemFree, "cuMemFree_v2");
 	SYM(t, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
@@ -200,6 +202,7 @@ static CUresult k_cuModuleUnload(CUmodule m) { return cu.cuModuleUnload(m); }
 static CUresult k_cuModuleGetFunction(CUfunction* f, CUmodule m, const char* n) { return cu.cuModuleGetFunction(f, m, n); }
 static CUresult k_cuFuncSetAttribute(CUfunction f, int attr, int v) { return cu.cuFuncSetAttribute(f, attr, v); }
 static CUresult k_cuFuncGetAttribute(int* v, int attr, CUfunction f) { return cu.cuFuncGetAttribute(v, attr, f); }
+static CUresult k_cuOccupancy(int* n, CUfunction f, int threads, size_t smem) { return cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(n, f, threads, smem); }
 static CUresult k_cuMemAlloc(CUdeviceptr* p, size_t n) { return cu.cuMemAlloc(p, n); }
 static CUresult k_cuMemFree(CUdeviceptr p) { return cu.cuMemFree(p); }
 static CUresult k_cuMemcpyHtoDAsync(CUdeviceptr d, const void* s, size_t n, CUstream st) { return cu.cuMemcpyHtoDAsync(d, s, n, st); }
@@ -381,6 +384,15 @@ func FuncLocalBytes(f Function) (int, error) {
 	var v C.int
 	err := check("cuFuncGetAttribute", C.k_cuFuncGetAttribute(&v, 3, f))
 	return int(v), err
+}
+
+// FuncResidentCTAs is how many CTAs of f, threads a CTA with smem bytes
+// of dynamic shared memory, an SM holds at once (the driver's occupancy
+// from f's registers and shared memory).
+func FuncResidentCTAs(f Function, threads, smem int) (int, error) {
+	var n C.int
+	err := check("cuOccupancyMaxActiveBlocksPerMultiprocessor", C.k_cuOccupancy(&n, f, C.int(threads), C.size_t(smem)))
+	return int(n), err
 }
 
 func MemAlloc(n int) (Ptr, error) {
