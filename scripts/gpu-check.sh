@@ -77,8 +77,8 @@ timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ --tu
 # by default from 97 to 2048 tokens), non-finite inputs included.
 timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ --tune fp4-act-min-m=1,fp4-act-max-m=100000 2>&1 | tee -a "$log" | tail -1
 # Both GEMMs in three warpgroups over the whole matrix: the 128-token
-# tile and the activation kernel forced at every M (GEMM1 where N is a
-# whole number of its 96-feature CTAs, GEMM2 where f4W3Idle admits K).
+# tile and the activation kernel forced at every M (each GEMM where its
+# grid leaves few warpgroups spare: f4W3Spare).
 timeout 150 .gpu/kimimoe validate --backend cuda --suite all --require-situ --tune fp4-tile=128,fp4-act-min-m=1 2>&1 | tee -a "$log" | tail -1
 # The whole matrix without the wgmma-fp4 path: the decode path at small M,
 # then the mma.sync GEMMs, the wgmma GEMMs from every grouped M.

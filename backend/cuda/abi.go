@@ -477,16 +477,16 @@ const f4W3FitStep = 16
 // GEMM2 in three warpgroups (kmoe_f4_gemm2_w3_t128, Plan.W3Gemm2): the
 // same CTA over 192 output features, three row groups of 64, grid
 // ceil(K / 192); a last CTA with fewer row groups left repeats one on
-// its spare warpgroups (f4W3Idle bounds that waste).
+// its spare warpgroups (f4W3Spare bounds that waste), and so does
+// GEMM1's over 96 features, N / 32 row groups.
 const f4W3Gemm2Rows = f4W3Threads / 128 * 64
 
-// f4W3Idle reports whether GEMM2 in three warpgroups over kp output
-// features leaves at most one warpgroup in 50 idle: the K / 64 row
-// groups rounded up to whole CTAs of three.
-func f4W3Idle(kp int) bool {
-	groups := kp / 64
+// f4W3Spare reports whether a three-warpgroup grid over groups row
+// groups, rounded up to whole CTAs of three, leaves at most pct in 100
+// of its warpgroups spare.
+func f4W3Spare(groups, pct int) bool {
 	wgs := (groups + 2) / 3 * 3
-	return 50*(wgs-groups) <= wgs
+	return 100*(wgs-groups) <= pct*wgs
 }
 
 // f4Tiles are the instances' tokens per tile (the wgmma's N).

@@ -338,7 +338,7 @@ func TestF4LargeTiles(t *testing.T) {
 		setLayer(t, l, func(u *Tuning) { u.FP4Tile, u.FP4ActMaxM = tokens, never(actMaxM) })
 	}
 	lo := f4T128Band[0]
-	if !f4W3Fits(w.N) || f4TileTokens(lo, true) != 128 || f4TileTokens(lo-1, true) != 64 {
+	if !f4W3Fits(w.N, w3SparePctDefault) || f4TileTokens(lo, true) != 128 || f4TileTokens(lo-1, true) != 64 {
 		t.Fatalf("N=%d: M=%d: tile %d, M=%d: tile %d", w.N, lo, f4TileTokens(lo, true), lo-1, f4TileTokens(lo-1, true))
 	}
 	for _, c := range []struct{ m, tile, forced int }{{lo, 128, 0}, {f4W3T128MinM, 128, 0}, {4133, 256, 256}} {
@@ -472,6 +472,63 @@ func TestF4W3(t *testing.T) {
 	requireLaunched(t, l, in, f4W3T128MinM, &b.k.f4W3Gemm1[f4W3Ring], "GEMM1 in three warpgroups on the ring")
 	requireLaunched(t, l, in, f4W3T128MinM, &b.k.f4W3Gemm2[f4W3Ring], "GEMM2 in three warpgroups on the ring")
 	requireNoLocal(t, b, f4W3Barrier, f4W3Ring)
+}
+
+// TestF4W3Spare: where N / 32 is not a multiple of three (GPT-OSS-20B's
+// 2880, padded to 2944: 92 row groups in 31 CTAs of GEMM1), the last
+// three-warpgroup GEMM1 CTA's spare warpgroup stages its share and
+// stores nothing, and so do GEMM2's two (K = 2944 is 46 row groups of 64
+// in 16 CTAs): on both chains, at M = 300 and
+// 1500 on the forced 128-token tile, GEMM1 in three warpgroups and both
+// GEMMs so give the bits of the two-warpgroup grids, agree with the
+// oracle, and the forward launches both kernels. A spare warpgroup that
+// stored would write 32 features past the padded N into the next token's
+// row (and read the next expert's weights), so other bits.
+func TestF4W3Spare(t *testing.T) {
+	b := openCUDAOrSkip(t)
+	if b.arch != ArchSM90a {
+		t.Skipf("the wgmma-fp4 path needs sm_90a; this device is %s", b.arch)
+	}
+	oss := moe.GPTOSS20B()
+	for _, chain := range []moe.Chain{moe.ChainMXFP8, moe.ChainBF16} {
+		s := validation.GPTOSS(oss, chain, mxfp.RecipeRCeil)
+		s.ELocal, s.Name = 8, "spare"
+		l, w := prepare(t, b, &s, nil)
+		o, err := moe.NewOracle(w, s.LayerSpec())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.f4.n/32%3 == 0 || l.f4.k/64%3 == 0 {
+			t.Fatalf("padded K=%d N=%d: no spare warpgroup to check", l.f4.k, l.f4.n)
+		}
+		// ways: the two-warpgroup grids, GEMM1 in three (the policy's
+		// spare bound), both GEMMs in three.
+		ways := []Tuning{{NoW3: true, NoW3Gemm2: true}, {NoW3Gemm2: true}, {}}
+		for _, m := range []int{300, 1500} {
+			in := kimiInput(t, &s, w, m, uint64(9600+m))
+			outs := make([][]float32, len(ways))
+			for i, way := range ways {
+				setLayer(t, l, func(u *Tuning) {
+					*u = way
+					u.FP4Tile, u.FP4ActMinM = f4W3Tile, 1
+				})
+				p := l.PlanFor(m, s.TopK)
+				if p.W3 != (i > 0) || p.W3Gemm2 != (i == 2) || p.Tile != f4W3Tile || !p.ActKernel {
+					t.Fatalf("%v M=%d, %+v: plan %s", chain, m, way, p)
+				}
+				outs[i] = forwardOut(t, l, in, m)
+			}
+			requireSameBits(t, m, fmt.Sprintf("%v, GEMM1 in three warpgroups", chain), outs[1], "in two", outs[0])
+			requireSameBits(t, m, fmt.Sprintf("%v, both GEMMs in three warpgroups", chain), outs[2], "in two", outs[0])
+			if met := oracleMetrics(t, o, in, w.K, outs[2])[0]; met.Cosine < backend.MinCosine || !(met.NRMSE <= backend.MaxNRMSE) {
+				t.Errorf("%v M=%d against the oracle: %+v", chain, m, met)
+			}
+		}
+		in := kimiInput(t, &s, w, 1500, 9601)
+		requireLaunched(t, l, in, 1500, &b.k.f4W3Gemm1[f4W3RingFit], "GEMM1 in three warpgroups, one spare")
+		requireLaunched(t, l, in, 1500, &b.k.f4W3Gemm2[f4W3RingFit], "GEMM2 in three warpgroups, two spare")
+		l.Close()
+	}
 }
 
 // TestF4W3Fit: the three-warpgroup ring GEMMs at each tile's tokens

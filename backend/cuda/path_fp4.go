@@ -15,7 +15,7 @@ func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 	kp, np := l.f4.k, l.f4.n         // the padded shape (f4Dims)
 	gemm1CTAs := np / abiF4RowsGemm1 // GEMM1's CTAs a tile: what a wait on its counts waits for
 	if p.W3 {
-		gemm1CTAs = np / f4W3Features
+		gemm1CTAs = (np + f4W3Features - 1) / f4W3Features // a last CTA's spare warpgroups store nothing
 	}
 	ready2, readyTarget2 := ready, gemm1CTAs // what GEMM2 waits for
 	if p.ActByTile {

@@ -18,6 +18,13 @@ func kimiShape(m int, t Tuning) planShape {
 	return planShape{m: m, topk: 16, k: 3584, n: 3072, e: 28, wg: true, f4: true, wgRows: [2]int{128, 256}, tune: t}
 }
 
+// kimiShapeN is kimiShape at intermediate size n.
+func kimiShapeN(m, n int, t Tuning) planShape {
+	s := kimiShape(m, t)
+	s.n = n
+	return s
+}
+
 // Which path a token count takes, from the plan's inputs alone (no
 // device): wgmma-fp4 first where it is available, up to its threshold;
 // then decode (small M, or a shape only it runs); then wgmma from its
@@ -243,9 +250,12 @@ func TestF4ActKernelRange(t *testing.T) {
 }
 
 // GEMM1 runs in three warpgroups exactly where the 128-token tile's plain
-// loop stores up and gate for the activation kernel and N is a whole
-// number of its 96-feature CTAs; each switch off takes it away, and
-// GPT-OSS-120B's padded N (2944) is not such a number.
+// loop stores up and gate for the activation kernel and N's row groups of
+// 32 features fill its 96-feature CTAs but for at most
+// w3SparePctDefault spare warpgroups in 100; each switch off takes it
+// away. GPT-OSS-120B's padded N (2944, 92 row groups in 31 CTAs, one
+// spare of 93) is admitted, and N = 2816 (88 in 30, two of 90) at
+// w3-spare-max=2 is not.
 func TestF4W3Range(t *testing.T) {
 	for m, want := range map[int]bool{f4T128Band[0] - 1: false, f4T128Band[0]: true, f4T128Band[1] - 1: true, 512: false,
 		f4W3T128MinM - 1: false, f4W3T128MinM: true, 2048: true, 8192: true, 8193: false} {
@@ -263,33 +273,53 @@ func TestF4W3Range(t *testing.T) {
 	if p := choosePlan(kimiShape(8, Tuning{FP4Tile: 128, FP4ActMinM: 1})); !p.W3 || !p.ActByTile {
 		t.Errorf("M=8, fp4-tile=128, fp4-act-min-m=1: %s", p)
 	}
-	odd := kimiShape(2048, Tuning{})
-	odd.n = 2816 // 22 x 128 (padded as it is): 44 CTAs of 64 features, not a whole number of 96
+	odd := kimiShape(2048, Tuning{W3SpareMax: 2})
+	odd.n = 2816 // 22 x 128 (padded as it is): 88 row groups, two of 90 warpgroups spare
 	if p := choosePlan(odd); p.W3 || p.Tile != 128 {
 		t.Errorf("N=2816: %s", p)
 	}
+	if p := choosePlan(kimiShapeN(2048, 2816, Tuning{W3SpareMax: 3})); !p.W3 {
+		t.Errorf("N=2816, w3-spare-max=3: %s", p)
+	}
+	if p := choosePlan(kimiShapeN(2048, 3072, Tuning{W3SpareMax: -1})); !p.W3 {
+		t.Errorf("N=3072 (none spare), w3-spare-max=-1: %s", p)
+	}
 	oss := kimiShape(8192, Tuning{})
 	oss.k, oss.n, oss.e, oss.topk, oss.allLocal = 2944, 2880, 128, 4, true
-	if p := choosePlan(oss); p.W3 || p.Tile != 128 {
+	if p := choosePlan(oss); !p.W3 || p.Tile != 128 || !p.W3Gemm2 {
 		t.Errorf("GPT-OSS-120B M=8192: %s", p)
 	}
-	// Nor does it take the three-warpgroup band: M = 3000 gives its experts
-	// the tokens M = 328 gives Kimi's (f4EquivM).
-	oss.m = 3000
-	if p := choosePlan(oss); p.Tile != 64 || f4EquivM(oss) != 328 {
+	oss.tune.W3SpareMax = -1
+	if p := choosePlan(oss); p.W3 || p.Tile != 128 {
+		t.Errorf("GPT-OSS-120B M=8192, w3-spare-max=-1: %s", p)
+	}
+	// And it takes the three-warpgroup band: M = 3000 gives its experts the
+	// tokens M = 328 gives Kimi's (f4EquivM).
+	oss.m, oss.tune = 3000, Tuning{}
+	if p := choosePlan(oss); p.Tile != 128 || !p.W3 || f4EquivM(oss) != 328 {
 		t.Errorf("GPT-OSS-120B M=3000 (as M=%d): %s", f4EquivM(oss), p)
+	}
+	oss.tune.W3SpareMax = -1
+	if p := choosePlan(oss); p.Tile != 64 {
+		t.Errorf("GPT-OSS-120B M=3000, w3-spare-max=-1: %s", p)
 	}
 }
 
 // GEMM2 runs in three warpgroups wherever the 128-token tile's plain loop
-// runs, the activation kernel or not, unless a tenth of a CTA or more
-// would idle: f4W3Idle admits Kimi's K = 3584 (56 row groups in 19 CTAs,
-// one spare warpgroup of 57) and 3072 (none spare), not GPT-OSS-120B's
-// padded 2944 (46 in 16: two of 48, one in 24).
+// runs, the activation kernel or not, unless more than w3SparePctDefault
+// warpgroups in 100 would be spare: f4W3Gemm2Fits admits Kimi's K = 3584
+// (56 row groups of 64 in 19 CTAs, one spare warpgroup of 57) and 3072
+// (none spare) and GPT-OSS-120B's padded 2944 (46 in 16: two of 48),
+// which a bound of 2 in 100 refuses (K is padded to a multiple of 128
+// first: 64 and 128 are two row groups in three warpgroups).
 func TestF4W3Gemm2Range(t *testing.T) {
-	for kp, want := range map[int]bool{3584: true, 3072: true, 2944: false, 192: true, 128: false, 64: false} {
-		if got := f4W3Idle(kp); got != want {
-			t.Errorf("f4W3Idle(%d) = %v, want %v", kp, got, want)
+	for _, c := range []struct {
+		k, pct int
+		want   bool
+	}{{3584, 2, true}, {3584, 1, false}, {3072, 2, true}, {3072, 0, true}, {2944, 2, false}, {2944, 5, true},
+		{384, 2, true}, {128, 2, false}, {128, 34, true}, {64, 2, false}} {
+		if got := f4W3Gemm2Fits(c.k, c.pct); got != c.want {
+			t.Errorf("f4W3Gemm2Fits(%d, %d) = %v, want %v", c.k, c.pct, got, c.want)
 		}
 	}
 	for m, want := range map[int]bool{f4T128Band[0] - 1: false, f4T128Band[0]: true, 512: false, f4W3T128MinM - 1: false,
@@ -311,8 +341,12 @@ func TestF4W3Gemm2Range(t *testing.T) {
 	}
 	oss := kimiShape(8192, Tuning{})
 	oss.k, oss.n, oss.e, oss.topk, oss.allLocal = 2944, 2880, 128, 4, true
-	if p := choosePlan(oss); p.W3Gemm2 || p.Tile != 128 {
+	if p := choosePlan(oss); !p.W3Gemm2 || p.Tile != 128 {
 		t.Errorf("GPT-OSS-120B M=8192: %s", p)
+	}
+	oss.tune.W3SpareMax = 2
+	if p := choosePlan(oss); p.W3Gemm2 || !p.W3 || p.Tile != 128 {
+		t.Errorf("GPT-OSS-120B M=8192, w3-spare-max=2: %s", p)
 	}
 }
 

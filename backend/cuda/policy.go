@@ -87,10 +87,21 @@ const f4W3T128MinM = 544
 // kernels with one loop per N, Plan.W3Fit).
 const w3FitMaxMDefault = math.MaxInt32
 
+// w3SparePctDefault is the most warpgroups in 100 that a three-warpgroup
+// GEMM's grid may leave spare (f4W3Spare): Kimi's K = 3584 leaves one of
+// 57, GPT-OSS's padded 2944 one of 93 in GEMM1 and two of 48 in GEMM2;
+// with both GEMMs so GPT-OSS-120B's forward was 13-14% faster at M = 3000
+// and 8192 than with neither (docs/PERF.md).
+const w3SparePctDefault = 5
+
 // f4W3Fits reports whether GEMM1 runs in three warpgroups on the
-// 128-token tile at intermediate size n: its padded N a whole number of
-// the kernel's 96-feature CTAs.
-func f4W3Fits(n int) bool { return padTo(n)%f4W3Features == 0 }
+// 128-token tile at intermediate size n: its padded N / 32 row groups in
+// 96-feature CTAs leave at most pct in 100 of their warpgroups spare.
+func f4W3Fits(n, pct int) bool { return f4W3Spare(padTo(n)/32, pct) }
+
+// f4W3Gemm2Fits is f4W3Fits for GEMM2 at hidden size k: padded K / 64
+// row groups in 192-feature CTAs.
+func f4W3Gemm2Fits(k, pct int) bool { return f4W3Spare(padTo(k)/64, pct) }
 
 // f4SyncMaxM is the most tokens on the small tiles (f4sTiles), whose
 // GEMMs run the barrier-free mma.sync loop.
@@ -224,7 +235,8 @@ func choosePlan(s planShape) Plan {
 		p.Tile, p.WGRows = abiWGTokens, s.wgRows
 	case PathFP4:
 		em := f4EquivM(s) // the tile-sized thresholds, by tokens an expert
-		p.Tile = f4TileTokens(em, f4W3Fits(s.n))
+		spare := or(t.W3SpareMax, w3SparePctDefault)
+		p.Tile = f4TileTokens(em, f4W3Fits(s.n, spare))
 		if t.FP4Tile != 0 {
 			p.Tile = t.FP4Tile
 		}
@@ -245,10 +257,10 @@ func choosePlan(s planShape) Plan {
 			p.ActCTAs, p.ActResident = or(t.ActCTAsSM, actCTAsSM), s.actResident
 		}
 		// GEMM1 in three warpgroups: the 128-token tile's plain loop, its
-		// up and gate for the activation kernel, N a whole number of its CTAs.
-		p.W3 = p.ActKernel && p.Loop == LoopWGMMA && p.Tile == f4W3Tile && f4W3Fits(s.n) && !t.NoW3
+		// up and gate for the activation kernel, few of its warpgroups spare.
+		p.W3 = p.ActKernel && p.Loop == LoopWGMMA && p.Tile == f4W3Tile && f4W3Fits(s.n, spare) && !t.NoW3
 		// GEMM2 so too where few of its warpgroups would idle.
-		p.W3Gemm2 = p.Loop == LoopWGMMA && p.Tile == f4W3Tile && f4W3Idle(padTo(s.k)) && !t.NoW3Gemm2
+		p.W3Gemm2 = p.Loop == LoopWGMMA && p.Tile == f4W3Tile && f4W3Gemm2Fits(s.k, spare) && !t.NoW3Gemm2
 		// Their stages on mbarriers, so a warpgroup waits for its stage, not every other warpgroup.
 		p.Ring = (p.W3 || p.W3Gemm2) && !t.NoRing
 		// ... at the tile's tokens, so a part-filled tile pays the MMAs of its tokens only.

@@ -35,6 +35,7 @@ type Tuning struct {
 	NoW3Gemm2     bool // GEMM2 so
 	NoRing        bool // the three-warpgroup GEMMs meet at a CTA barrier each k step, not on their stages' mbarriers
 	W3FitMaxM     int  // most tokens whose ring GEMMs run at the tile's tokens (Plan.W3Fit); 0: policy; -1: never
+	W3SpareMax    int  // most warpgroups in 100 a three-warpgroup GEMM's grid leaves spare; 0: policy (w3SparePctDefault); -1: none
 	Flush         Flush
 }
 
@@ -84,6 +85,7 @@ var tuningKeys = []tuningKey{
 	{"gemm2-w3", "off: GEMM2 in two warpgroups, not three", func(t *Tuning) any { return &t.NoW3Gemm2 }},
 	{"w3-ring", "off: the three-warpgroup GEMMs meet at a barrier each k step", func(t *Tuning) any { return &t.NoRing }},
 	{"w3-fit-max-m", "most M whose ring GEMMs run at the tile's tokens (-1: never)", func(t *Tuning) any { return &t.W3FitMaxM }},
+	{"w3-spare-max", "most warpgroups in 100 a three-warpgroup GEMM leaves spare (-1: none)", func(t *Tuning) any { return &t.W3SpareMax }},
 	{"flush", "the timing's L2 flush: read, write or none", func(t *Tuning) any { return &t.Flush }},
 }
 

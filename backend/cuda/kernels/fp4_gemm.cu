@@ -16,14 +16,24 @@ __device__ __forceinline__ void store_up_gate(const float (&acc)[NS][4], int cou
 
 // GEMM1's k loop for CTA x of TH / 128 warpgroups, warpgroup h the 64
 // rows (32 features' up and gate) of row group x TH / 128 + h of the
-// tile's expert: false where the CTA has no tile.
+// tile's expert: false where the CTA has no tile. Where N / 32 is not a
+// multiple of three, the last three-warpgroup CTA's spare warpgroups
+// (*spare) repeat its first row group, as GEMM2's do, so that they still
+// stage their share of the tokens and pass the barriers; they must store
+// nothing (N / 32 is even: two warpgroups leave none spare).
 #if defined(WG_ENABLED)
 template <int NT, int SYNC, bool FIT, int TH, bool RING = false, typename Smem>
-__device__ __forceinline__ bool f4_gemm1_mma(const F4Gemm1Args& a, Smem& s, Tile& tl, float (&acc)[NT / 2]) {
+__device__ __forceinline__ bool f4_gemm1_mma(const F4Gemm1Args& a, Smem& s, Tile& tl, float (&acc)[NT / 2],
+                                             bool* spare = nullptr) {
     pdl_wait(); // the routing and x (the prologue)
     pdl_trigger();
     if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, a.perm, a.top_k, s.src, &tl)) return false;
-    u64 group = (u64)tl.expert * (a.n / 32) + blockIdx.x * (TH / 128) + (threadIdx.x >> 7);
+    int rg = blockIdx.x * (TH / 128) + (threadIdx.x >> 7);
+    if constexpr (TH == KMOE_F4_W3_THREADS) {
+        *spare = rg >= a.n / 32;
+        if (*spare) rg = blockIdx.x * (TH / 128);
+    }
+    u64 group = (u64)tl.expert * (a.n / 32) + rg;
     f4_tile_mma<NT, SYNC, FIT, TH, RING>(acc, s, a.xbf, a.k, a.w, a.ws, group, InputWait{nullptr, 0, 0}, tl.count); // waited above
     return true;
 }
@@ -65,7 +75,8 @@ __device__ __forceinline__ void f4_gemm1_act(const F4Gemm1Args& a) {
 // GEMM1 in three warpgroups (f4W3* in abi.go): CTA x takes intermediate
 // features [96x, 96x + 96), warpgroup h the 32 of [96x + 32h, +32), each
 // with the two-warpgroup kernel's k loop and register layout (so the same
-// bits), and stores up and gate for kmoe_act_requant. grid.x = N / 96.
+// bits), and stores up and gate for kmoe_act_requant. grid.x =
+// ceil(N / 96), a last CTA's spare warpgroups storing nothing.
 // RING: the k loop's stages on mbarriers (Plan.Ring), the same bits;
 // FIT (on the ring only): the loop at the tile's tokens rounded up to a
 // whole KMOE_F4_W3_FIT_STEP (Plan.W3Fit), the same bits again.
@@ -75,10 +86,12 @@ __device__ __forceinline__ void f4_gemm1_w3(const F4Gemm1Args& a) {
     auto& s = f4_smem<NT, 0>();
     Tile tl;
     float acc[NT / 2];
-    if (!f4_gemm1_mma<NT, 0, FIT, KMOE_F4_W3_THREADS, RING>(a, s, tl, acc)) return;
+    bool spare;
+    if (!f4_gemm1_mma<NT, 0, FIT, KMOE_F4_W3_THREADS, RING>(a, s, tl, acc, &spare)) return;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    store_up_gate<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), tl.count, lane & 3, a.ug, tl.row0, a.n,
-                          blockIdx.x * KMOE_F4_W3_FEATURES + warp * 8 + (lane >> 2));
+    if (!spare)
+        store_up_gate<NT / 8>(reinterpret_cast<float(&)[NT / 8][4]>(acc), tl.count, lane & 3, a.ug, tl.row0, a.n,
+                              blockIdx.x * KMOE_F4_W3_FEATURES + warp * 8 + (lane >> 2));
     if (a.ready != nullptr) tile_signal(a.ready + blockIdx.y);
 #endif
 }
