@@ -25,6 +25,14 @@ func kimiShapeN(m, n int, t Tuning) planShape {
 	return s
 }
 
+// gptOSS120BShape is GPT-OSS-120B's layer on one rank (K = N = 2880, 128
+// experts, top-4) where kimiShape has Kimi's.
+func gptOSS120BShape(m int, t Tuning) planShape {
+	s := kimiShape(m, t)
+	s.k, s.n, s.e, s.topk, s.allLocal = 2880, 2880, 128, 4, true
+	return s
+}
+
 // Which path a token count takes, from the plan's inputs alone (no
 // device): wgmma-fp4 first where it is available, up to its threshold;
 // then decode (small M, or a shape only it runs); then wgmma from its
@@ -273,9 +281,8 @@ func TestF4W3Range(t *testing.T) {
 	if p := choosePlan(kimiShape(8, Tuning{FP4Tile: 128, FP4ActMinM: 1})); !p.W3 || !p.ActByTile {
 		t.Errorf("M=8, fp4-tile=128, fp4-act-min-m=1: %s", p)
 	}
-	odd := kimiShape(2048, Tuning{W3SpareMax: 2})
-	odd.n = 2816 // 22 x 128 (padded as it is): 88 row groups, two of 90 warpgroups spare
-	if p := choosePlan(odd); p.W3 || p.Tile != 128 {
+	// N = 2816, 22 x 128 (padded as it is): 88 row groups, two of 90 warpgroups spare.
+	if p := choosePlan(kimiShapeN(2048, 2816, Tuning{W3SpareMax: 2})); p.W3 || p.Tile != 128 {
 		t.Errorf("N=2816: %s", p)
 	}
 	if p := choosePlan(kimiShapeN(2048, 2816, Tuning{W3SpareMax: 3})); !p.W3 {
@@ -284,8 +291,7 @@ func TestF4W3Range(t *testing.T) {
 	if p := choosePlan(kimiShapeN(2048, 3072, Tuning{W3SpareMax: -1})); !p.W3 {
 		t.Errorf("N=3072 (none spare), w3-spare-max=-1: %s", p)
 	}
-	oss := kimiShape(8192, Tuning{})
-	oss.k, oss.n, oss.e, oss.topk, oss.allLocal = 2944, 2880, 128, 4, true
+	oss := gptOSS120BShape(8192, Tuning{})
 	if p := choosePlan(oss); !p.W3 || p.Tile != 128 || !p.W3Gemm2 {
 		t.Errorf("GPT-OSS-120B M=8192: %s", p)
 	}
@@ -339,8 +345,7 @@ func TestF4W3Gemm2Range(t *testing.T) {
 			t.Errorf("%+v: %s", tu, p)
 		}
 	}
-	oss := kimiShape(8192, Tuning{})
-	oss.k, oss.n, oss.e, oss.topk, oss.allLocal = 2944, 2880, 128, 4, true
+	oss := gptOSS120BShape(8192, Tuning{})
 	if p := choosePlan(oss); !p.W3Gemm2 || p.Tile != 128 {
 		t.Errorf("GPT-OSS-120B M=8192: %s", p)
 	}
