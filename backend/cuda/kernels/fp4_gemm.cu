@@ -14,25 +14,32 @@ __device__ __forceinline__ void store_up_gate(const float (&acc)[NS][4], int cou
     }
 }
 
-// GEMM1's k loop for CTA x of TH / 128 warpgroups, warpgroup h the 64
-// rows (32 features' up and gate) of row group x TH / 128 + h of the
-// tile's expert: false where the CTA has no tile. Where N / 32 is not a
-// multiple of three, the last three-warpgroup CTA's spare warpgroups
-// (*spare) repeat its first row group, as GEMM2's do, so that they still
-// stage their share of the tokens and pass the barriers; they must store
-// nothing (N / 32 is even: two warpgroups leave none spare).
 #if defined(WG_ENABLED)
+// This warpgroup's row group, x TH / 128 + h for warpgroup h of CTA x, of
+// the expert's groups. Where groups is not a multiple of three, the last
+// three-warpgroup CTA's spare warpgroups (*spare) take its first row group
+// again, so that they still stage their share of the tokens and pass the
+// barriers; they must store nothing. Two warpgroups leave none spare (both
+// GEMMs' group counts are even).
+template <int TH>
+__device__ __forceinline__ int f4_row_group(int groups, bool* spare) {
+    const int first = blockIdx.x * (TH / 128), rg = first + (threadIdx.x >> 7);
+    *spare = TH == KMOE_F4_W3_THREADS && rg >= groups;
+    return *spare ? first : rg;
+}
+
+// GEMM1's k loop for CTA x, warpgroup h the 64 rows (32 features' up and
+// gate) of its row group (f4_row_group, *spare where spare is given) of
+// the tile's expert: false where the CTA has no tile.
 template <int NT, int SYNC, bool FIT, int TH, bool RING = false, typename Smem>
 __device__ __forceinline__ bool f4_gemm1_mma(const F4Gemm1Args& a, Smem& s, Tile& tl, float (&acc)[NT / 2],
                                              bool* spare = nullptr) {
     pdl_wait(); // the routing and x (the prologue)
     pdl_trigger();
     if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, a.perm, a.top_k, s.src, &tl)) return false;
-    int rg = blockIdx.x * (TH / 128) + (threadIdx.x >> 7);
-    if constexpr (TH == KMOE_F4_W3_THREADS) {
-        *spare = rg >= a.n / 32;
-        if (*spare) rg = blockIdx.x * (TH / 128);
-    }
+    bool sp;
+    const int rg = f4_row_group<TH>(a.n / 32, &sp);
+    if (spare != nullptr) *spare = sp;
     u64 group = (u64)tl.expert * (a.n / 32) + rg;
     f4_tile_mma<NT, SYNC, FIT, TH, RING>(acc, s, a.xbf, a.k, a.w, a.ws, group, InputWait{nullptr, 0, 0}, tl.count); // waited above
     return true;
@@ -97,13 +104,11 @@ __device__ __forceinline__ void f4_gemm1_w3(const F4Gemm1Args& a) {
 }
 
 // GEMM2: y[row, f] for the tile's tokens and output features, warpgroup
-// h of CTA x the 64 of row group x TH / 128 + h: TH = KMOE_THREADS gives
-// [128x, 128x + 128) (grid.x = K / 128), TH = KMOE_F4_W3_THREADS three
-// warpgroups over [192x, 192x + 192) (f4W3* in abi.go; grid.x =
-// ceil(K / 192)) with the same k loop, so the same bits. Where K / 64 is
-// not a multiple of three the last CTA's spare warpgroups repeat its first
-// row group, so that they still stage their share of the tokens and pass
-// the barriers, and store nothing.
+// h of CTA x the 64 of its row group (f4_row_group): TH = KMOE_THREADS
+// gives [128x, 128x + 128) (grid.x = K / 128), TH = KMOE_F4_W3_THREADS
+// three warpgroups over [192x, 192x + 192) (f4W3* in abi.go; grid.x =
+// ceil(K / 192)) with the same k loop, so the same bits; the last CTA's
+// spare warpgroups store nothing.
 // SYNC: 0 for the wgmma loop, else the mma.sync loop with SYNC steps ahead;
 // FIT: the wgmma loop at the tile's N (f4_k_loop_fit); RING: as for
 // f4_gemm1_w3.
@@ -118,12 +123,8 @@ __device__ __forceinline__ void f4_gemm2(const F4Gemm2Args& a) {
     Tile tl;
     if (!block_tile<NT>(a.offset, a.tile_base, a.e_local, nullptr, 0, s.src, &tl)) return;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int rg = blockIdx.x * (TH / 128) + (warp >> 2); // this warpgroup's 64 rows
-    bool spare = false;
-    if constexpr (TH == KMOE_F4_W3_THREADS) { // K / 128 CTAs of two warpgroups leave none spare
-        spare = rg >= a.k / 64;
-        if (spare) rg = blockIdx.x * (TH / 128);
-    }
+    bool spare;
+    const int rg = f4_row_group<TH>(a.k / 64, &spare); // this warpgroup's 64 rows
     float acc[NT / 2];
     f4_tile_mma<NT, SYNC, FIT, TH, RING>(acc, s, a.aqbf, a.n, a.w, a.ws, (u64)tl.expert * (a.k / 64) + rg,
                                    InputWait{a.ready, (int)blockIdx.y, a.ready_target}, tl.count);
