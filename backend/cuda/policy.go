@@ -89,10 +89,9 @@ const w3FitMaxMDefault = math.MaxInt32
 
 // w3SparePctDefault is the most warpgroups in 100 that a three-warpgroup
 // GEMM's grid may leave spare (f4W3Spare): Kimi's K = 3584 leaves one of
-// 57, GPT-OSS's padded 2944 one of 93 in GEMM1 and two of 48 in GEMM2;
-// with both GEMMs so GPT-OSS-120B's forward was 13-14% faster at M = 3000
-// and 8192 than with neither, GEMM1 alone so within noise of both
-// (docs/PERF.md).
+// 57, GPT-OSS's padded 2944 one of 93 in GEMM1 and two of 48 in GEMM2,
+// and GPT-OSS-120B's forward is faster with both GEMMs so than with
+// neither (docs/PERF.md has the A/B).
 const w3SparePctDefault = 5
 
 // f4W3Fits reports whether GEMM1 runs in three warpgroups on the
