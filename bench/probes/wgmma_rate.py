@@ -62,7 +62,9 @@ def wgmma(n, rs):
             f'wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{regs}}}, %{n // 2}, %{n // 2 + 1}, p, 1, 1, 0, 0;\\n}}\\n"'
             f' : {outs} : "l"(daq), "l"(dbq));')
 
-def source(n, rs, wgs):
+def source(n, rs, wgs, after=""):
+    """The loop's kernel; after: a statement run after each wgmma (q the
+    k16 step, it the iteration), for probes that add work to the loop."""
     return kernel_head(128 * wgs) + f"""
     for (int i = threadIdx.x; i < ({n} * 128 + {wgs} * 8192) / 4; i += blockDim.x) ((u32*)(smem + pad))[i] = 0x3F803F80u ^ (u32)(i & 0x00070007);
     __syncthreads();
@@ -81,6 +83,7 @@ def source(n, rs, wgs):
             u64 dbq = db + 2 * q, daq = da + 2 * q; // the k16 step: 32 bytes further in each row
             (void)daq;
             {wgmma(n, rs)}
+            {after}
         }}
         asm volatile("wgmma.commit_group.sync.aligned;\\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 1;\\n" ::: "memory");
@@ -188,8 +191,8 @@ class Loop:
         cuda.cuModuleUnload(self.mod)
 
 
-def run(n, rs, wgs, sms, iters=4000):
-    loop = Loop(n, rs, wgs, sms)
+def run(n, rs, wgs, sms, iters=4000, src=None):
+    loop = Loop(n, rs, wgs, sms, src=src)
     times = []
     for rep in range(4):  # the first launch is a warm-up
         ms, cycles = loop.run(iters, 1)
