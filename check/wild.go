@@ -1,0 +1,195 @@
+package check
+
+import (
+	"fmt"
+	"slices"
+
+	"kimimoe/activation"
+	"kimimoe/validation"
+)
+
+// The hypotheses of this file stand for mistakes serving stacks made in
+// 2026 (docs/INTEROP.md lists them with their bug reports): data-layout
+// slips in the weights' bytes, routing slips, and SiTU's up branch.
+
+// swapNibbles returns src with the two E2M1 codes of every byte exchanged.
+func swapNibbles(src []uint8) []uint8 {
+	dst := make([]uint8, len(src))
+	for i, b := range src {
+		dst[i] = b<<4 | b>>4
+	}
+	return dst
+}
+
+func fp4NibblesSwapped(c *validation.Case) ([]variant, string) {
+	var vs []variant
+	for _, which := range []string{"w31", "w2", "w31 and w2"} {
+		d := clone(c)
+		if which != "w2" {
+			d.Weights.W31 = swapNibbles(c.Weights.W31)
+		}
+		if which != "w31" {
+			d.Weights.W2 = swapNibbles(c.Weights.W2)
+		}
+		vs = append(vs, variant{fmt.Sprintf("the two E2M1 codes of each byte of %s swapped (element 2j read from the high nibble)", which), d})
+	}
+	return vs, ""
+}
+
+// shiftScales returns the E8M0 bytes moved by delta, held in the finite
+// range 0..254 (255 is NaN).
+func shiftScales(src []uint8, delta int) []uint8 {
+	dst := make([]uint8, len(src))
+	for i, s := range src {
+		v := int(s)
+		if v != 255 {
+			v = min(max(v+delta, 0), 254)
+		}
+		dst[i] = uint8(v)
+	}
+	return dst
+}
+
+func scaleExponentOff(c *validation.Case) ([]variant, string) {
+	var vs []variant
+	// 1: an off-by-one bias (127 against 128); 2: E2M1's emax folded in twice or not at all.
+	for _, delta := range []int{1, -1, 2, -2} {
+		for _, which := range []string{"w31_scale", "w2_scale", "w31_scale and w2_scale"} {
+			d := clone(c)
+			if which != "w2_scale" {
+				d.Weights.W31Scale = shiftScales(c.Weights.W31Scale, delta)
+			}
+			if which != "w31_scale" {
+				d.Weights.W2Scale = shiftScales(c.Weights.W2Scale, delta)
+			}
+			why := "an off-by-one exponent bias"
+			if delta == 2 || delta == -2 {
+				why = "E2M1's emax (2) applied twice or dropped"
+			}
+			vs = append(vs, variant{fmt.Sprintf("the E8M0 exponents of %s off by %+d (%s)", which, delta, why), d})
+		}
+	}
+	return vs, ""
+}
+
+func routingWeightsNotApplied(c *validation.Case) ([]variant, string) {
+	one := func(int, int, int32) float64 { return 1 }
+	return []variant{{"the routing weights not applied (every slot's row added with weight 1)", withWeights(c, false, one)}}, ""
+}
+
+func topKTruncated(c *validation.Case) ([]variant, string) {
+	tk := c.Input.TopK
+	if tk < 2 {
+		return nil, "top-k is 1"
+	}
+	var vs []variant
+	for j := 1; j < tk; j++ {
+		d := clone(c)
+		d.Input.TopKIDs = make([]int32, len(c.Input.TopKIDs))
+		for i, id := range c.Input.TopKIDs {
+			if i%tk >= j {
+				id = -1
+			}
+			d.Input.TopKIDs[i] = id
+		}
+		vs = append(vs, variant{fmt.Sprintf("only the first %d of the %d slots summed", j, tk), d})
+	}
+	return vs, ""
+}
+
+func epMaskWrapped(c *validation.Case) ([]variant, string) {
+	has := false
+	for _, id := range c.Input.TopKIDs {
+		has = has || id < 0
+	}
+	if !has {
+		return nil, "the case has no -1 slot"
+	}
+	ep := c.Spec.EP.Normalize()
+	last := int32(ep.Rank*c.Weights.E + c.Weights.E - 1) // the last local expert, as a global id
+	d := clone(c)
+	in, tk := &d.Input, c.Input.TopK
+	in.TopKIDs = slices.Clone(c.Input.TopKIDs)
+	in.TopKWeights = slices.Clone(c.Input.TopKWeights)
+	for t := range in.M {
+		ids, wts := in.TopKIDs[t*tk:(t+1)*tk], in.TopKWeights[t*tk:(t+1)*tk]
+		have := slices.Index(ids, last)
+		for s, id := range ids {
+			switch {
+			case id >= 0:
+			case have >= 0: // the expert already serves the token: its row counted again
+				wts[have] += wts[s]
+				wts[s] = 0
+			default:
+				ids[s], have = last, s
+			}
+		}
+	}
+	return []variant{{"a -1 (masked) slot wrapped to the last local expert, as an index of -1 does in Python", d}}, ""
+}
+
+// blockOf gives, for FC1 rows interleaved in blocks of kb rows (gate kb,
+// up kb, gate kb, ...), the [up; gate] row that block-layout row j holds.
+func blockOf(n, kb int) func(j int) int {
+	return func(j int) int {
+		b, r := j/(2*kb), j%(2*kb)
+		if r < kb {
+			return n + b*kb + r // a gate row
+		}
+		return b*kb + r - kb // an up row
+	}
+}
+
+// halvesOf is blockOf's inverse: the block-layout row that [up; gate] row i is.
+func halvesOf(n, kb int) func(i int) int {
+	return func(i int) int {
+		if i < n {
+			return i/kb*2*kb + kb + i%kb
+		}
+		g := i - n
+		return g/kb*2*kb + g%kb
+	}
+}
+
+func gateUpBlockInterleaved(c *validation.Case) ([]variant, string) {
+	if !c.Weights.Gated {
+		return nil, fmt.Sprintf("activation %v is not gated", c.Spec.Activation)
+	}
+	n := c.Weights.N
+	var vs []variant
+	for _, kb := range []int{8, 16, 32, 64} {
+		if n%kb != 0 {
+			continue
+		}
+		vs = append(vs,
+			variant{fmt.Sprintf("FC1 rows [up; gate] read as interleaved in blocks of %d (gate %d, up %d, ...)", kb, kb, kb), permuteFC1(c, halvesOf(n, kb))},
+			variant{fmt.Sprintf("FC1 rows interleaved in blocks of %d read as halves [up; gate]", kb), permuteFC1(c, blockOf(n, kb))})
+	}
+	if vs == nil {
+		return nil, fmt.Sprintf("N = %d is a multiple of no block size 8, 16, 32, 64", n)
+	}
+	return vs, ""
+}
+
+// situUpUnsaturated is SiTU with its up branch linear: linear_beta taken
+// as infinite, so linear_beta*tanh(u/linear_beta) is u (transformers
+// #48890 dropped the saturation).
+func situUpUnsaturated(c *validation.Case) ([]variant, string) {
+	if c.Spec.Activation != activation.Situ {
+		return nil, fmt.Sprintf("activation %v is not situ", c.Spec.Activation)
+	}
+	d := clone(c)
+	for i := range d.Spec.Params {
+		d.Spec.Params[i].SituLinearBeta = noClamp
+	}
+	return []variant{{"SiTU's up branch left linear (u instead of linear_beta*tanh(u/linear_beta))", d}}, ""
+}
+
+// uniformScale is the variant the candidate is closest to when it is the
+// oracle times one factor: every routing weight scaled by s (the output
+// is linear in them), stated with s.
+func uniformScale(c *validation.Case, s float64) variant {
+	w := func(t, slot int, _ int32) float64 { return s * float64(c.Input.TopKWeights[t*c.Input.TopK+slot]) }
+	d := withWeights(c, false, w)
+	return variant{fmt.Sprintf("the output scaled by %.6g (a routed scaling factor applied twice or missed?)", s), d}
+}

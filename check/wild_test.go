@@ -1,0 +1,150 @@
+package check
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"kimimoe/moe"
+	"kimimoe/safetensors"
+	"kimimoe/validation"
+)
+
+// Each mistake of wild.go, made here independently of its builder, is
+// named first and matches, while the case as given fails the candidate.
+func TestDiagnoseNamesTheWildMistakes(t *testing.T) {
+	mistakes := []struct {
+		name, what string // what: a part of the winning variant's description
+		mask       bool   // the case has -1 slots
+		make       func(c *validation.Case) *validation.Case
+	}{
+		{"fp4_nibbles_swapped", "of w2 swapped", false, func(c *validation.Case) *validation.Case {
+			d := copyCase(c)
+			d.Weights.W2 = make([]uint8, len(c.Weights.W2))
+			for i, b := range c.Weights.W2 {
+				d.Weights.W2[i] = (b&0xF)<<4 | (b >> 4)
+			}
+			return d
+		}},
+		{"scale_exponent_off", "w31_scale off by +1", false, func(c *validation.Case) *validation.Case {
+			d := copyCase(c)
+			d.Weights.W31Scale = make([]uint8, len(c.Weights.W31Scale))
+			for i, s := range c.Weights.W31Scale {
+				d.Weights.W31Scale[i] = s + 1
+			}
+			return d
+		}},
+		{"scale_exponent_off", "w2_scale off by -2", false, func(c *validation.Case) *validation.Case {
+			d := copyCase(c)
+			d.Weights.W2Scale = make([]uint8, len(c.Weights.W2Scale))
+			for i, s := range c.Weights.W2Scale {
+				d.Weights.W2Scale[i] = s - 2
+			}
+			return d
+		}},
+		{"routing_weights_not_applied", "weight 1", false, func(c *validation.Case) *validation.Case {
+			d := copyCase(c)
+			d.Input.TopKWeights = make([]float32, len(c.Input.TopKWeights))
+			for i := range d.Input.TopKWeights {
+				d.Input.TopKWeights[i] = 1
+			}
+			return d
+		}},
+		{"topk_truncated", "first 2 of the 3", false, func(c *validation.Case) *validation.Case {
+			d := copyCase(c)
+			d.Input.TopKIDs = append([]int32(nil), c.Input.TopKIDs...)
+			for tok := range c.Input.M {
+				d.Input.TopKIDs[tok*3+2] = -1
+			}
+			return d
+		}},
+		{"ep_mask_wrapped", "last local expert", true, func(c *validation.Case) *validation.Case {
+			d := copyCase(c)
+			d.Input.TopKIDs = append([]int32(nil), c.Input.TopKIDs...)
+			for i, id := range d.Input.TopKIDs {
+				if id == -1 {
+					d.Input.TopKIDs[i] = int32(c.Weights.E - 1)
+				}
+			}
+			return d
+		}},
+		{"situ_up_unsaturated", "up branch left linear", false, func(c *validation.Case) *validation.Case {
+			d := copyCase(c)
+			d.Spec.Params = append(d.Spec.Params[:0:0], c.Spec.Params...)
+			for i := range d.Spec.Params {
+				d.Spec.Params[i].SituLinearBeta = 1e12
+			}
+			return d
+		}},
+		{"gate_up_block_interleaved", "read as interleaved in blocks of 16", false, func(c *validation.Case) *validation.Case {
+			// The kernel takes storage row j of each block of 32 as gate
+			// (j%32 < 16) or up: the case as it computed has, as its up row
+			// u and gate row g, the storage rows it read them from.
+			d := copyCase(c)
+			w := d.Weights
+			n, kb, ks := w.N, w.K/2, w.K/32
+			from := make([]int, 2*n)
+			for j := range 2 * n {
+				idx := j/32*16 + j%16
+				if j%32 < 16 {
+					from[n+idx] = j
+				} else {
+					from[idx] = j
+				}
+			}
+			w.W31, w.W31Scale = make([]uint8, len(c.Weights.W31)), make([]uint8, len(c.Weights.W31Scale))
+			for e := range w.E {
+				for i := range 2 * n {
+					copy(w.W31[(e*2*n+i)*kb:(e*2*n+i+1)*kb], c.Weights.W31[(e*2*n+from[i])*kb:])
+					copy(w.W31Scale[(e*2*n+i)*ks:(e*2*n+i+1)*ks], c.Weights.W31Scale[(e*2*n+from[i])*ks:])
+				}
+			}
+			return d
+		}},
+	}
+	for _, m := range mistakes {
+		t.Run(m.name+"/"+m.what, func(t *testing.T) {
+			c := testCase(t, moe.ChainMXFP8, 1, 0, false)
+			if m.mask {
+				last := int32(c.Weights.E - 1)
+				for tok := range c.Input.M {
+					if ids := c.Input.TopKIDs[tok*3 : tok*3+3]; !slices.Contains(ids, last) {
+						ids[1] = -1 // wrapped, the slot does not repeat an expert
+					}
+				}
+			}
+			r, err := Compare(c, candidate(t, m.make(c)), safetensors.F32, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Pass {
+				t.Fatalf("the case as given passes the %s candidate", m.name)
+			}
+			Diagnose(c, r)
+			b := r.Best()
+			if b == nil || r.Diagnosis[0].Name != m.name || b.Name != m.name || !strings.Contains(b.What, m.what) {
+				t.Fatalf("diagnosis first: %+v, want %s (%q)", r.Diagnosis[0], m.name, m.what)
+			}
+			t.Logf("%s: %s, nrmse %.3g", b.Name, b.What, float64(b.NRMSE))
+		})
+	}
+}
+
+// An output a constant times the oracle's is diagnosed as uniform_scale,
+// with the constant.
+func TestDiagnoseUniformScale(t *testing.T) {
+	c := testCase(t, moe.ChainMXFP8, 1, 0, true)
+	cand := candidate(t, c)
+	for i := range cand {
+		cand[i] *= 2.827
+	}
+	r, err := Compare(c, cand, safetensors.F32, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	Diagnose(c, r)
+	b := r.Best()
+	if b == nil || b.Name != "uniform_scale" || !strings.Contains(b.What, "2.827") {
+		t.Fatalf("diagnosis first: %+v", r.Diagnosis[0])
+	}
+}
