@@ -136,6 +136,11 @@ type Report struct {
 	Pass      bool     `json:"pass"`
 	Why       []string `json:"why,omitempty"`
 
+	// Observations are what the failure shows without a hypothesis
+	// (observe.go): zero rows, moved rows, errors only in non-finite
+	// values, in some experts or in some column blocks.
+	Observations []string `json:"observations,omitempty"`
+
 	Diagnosis     []Hypothesis `json:"diagnosis,omitempty"`
 	DiagnosisRows []int        `json:"diagnosis_rows,omitempty"`
 	DiagnosisNote string       `json:"diagnosis_note,omitempty"`
@@ -178,6 +183,7 @@ func Compare(c *validation.Case, got []float32, d safetensors.DType, opts Option
 		r.Notes = append(r.Notes, fmt.Sprintf("the bf16 chain takes x as BF16: %d of the case's %d x values are not BF16 values and were rounded to nearest even", n, m*k))
 	}
 	r.measure(ref, m, k)
+	r.observe(c, ref, m, k)
 	r.Checked.Scale = rms(ref)
 	return r, nil
 }

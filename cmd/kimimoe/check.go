@@ -206,6 +206,9 @@ func printCheck(w io.Writer, r *checkReport) {
 	} else {
 		fmt.Fprintf(w, "FAIL: %s\n", strings.Join(r.Why, "; "))
 	}
+	for _, o := range r.Observations {
+		fmt.Fprintf(w, "observed: %s\n", o)
+	}
 	if r.Diagnosis == nil {
 		return
 	}
@@ -214,9 +217,10 @@ func printCheck(w io.Writer, r *checkReport) {
 	}
 	if b := r.Best(); b != nil {
 		fmt.Fprintf(w, "most likely: %s, %s: nrmse %.3g, cosine %.7f under that hypothesis\n", b.Name, b.What, float64(b.NRMSE), float64(b.Cosine))
-	} else if len(r.Diagnosis) > 0 && r.Diagnosis[0].Skipped == "" {
-		d := r.Diagnosis[0]
-		fmt.Fprintf(w, "no known mistake reproduces the candidate; closest: %s (%s), nrmse %.3g\n", d.Name, d.What, float64(d.NRMSE))
+	} else if d := r.Closest(); d != nil {
+		fmt.Fprintf(w, "no known mistake reproduces the candidate; closest: %s (%s), nrmse %.3g under it against %.3g as given\n", d.Name, d.What, float64(d.NRMSE), float64(r.NRMSE))
+	} else {
+		fmt.Fprintf(w, "no known mistake reproduces the candidate, nor comes close (each leaves more than a tenth of its NRMSE)\n")
 	}
 	fmt.Fprintf(w, "hypotheses (best first):\n")
 	for _, h := range r.Diagnosis {

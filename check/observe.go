@@ -1,0 +1,216 @@
+package check
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"kimimoe/validation"
+)
+
+// Observations are facts about a failing candidate that need no
+// hypothesis: rows left zero, rows that are other rows of the oracle's
+// output, failures confined to non-finite values, to some experts or to
+// some column blocks. Each names the rows, experts or blocks.
+
+// obsBlock is the column block the error map uses: the width of the
+// narrowest tile a kernel writes (sonic-moe #63 and aiter #4398 corrupted
+// alternating 16-column groups).
+const obsBlock = 16
+
+// observe fills r.Observations from the candidate and the oracle's output
+// ref [M, K] (rounded to the candidate's dtype).
+func (r *Report) observe(c *validation.Case, ref []float64, m, k int) {
+	var obs []string
+	rowBad := make([]bool, m)
+	nBad := 0
+	for t := range m {
+		rm := validation.Compare(r.got[t*k:(t+1)*k], ref[t*k:(t+1)*k])
+		rowBad[t] = !(rm.NRMSE <= r.MaxNRMSE) || rm.NonFiniteMismatch > 0
+		if rowBad[t] {
+			nBad++
+		}
+	}
+	if nBad == 0 && r.NonFinite == 0 {
+		return
+	}
+	if o := zeroRows(r.got, ref, m, k); o != "" {
+		obs = append(obs, o)
+	}
+	if o := movedRows(r.got, ref, rowBad, m, k, r.MaxNRMSE); o != "" {
+		obs = append(obs, o)
+	}
+	if r.NonFinite > 0 && r.Mismatched == r.NonFinite {
+		obs = append(obs, fmt.Sprintf("only non-finite values differ: %d of them; every finite value is within atol + rtol*|ref|", r.NonFinite))
+	}
+	if o := expertMap(c, rowBad, nBad); o != "" {
+		obs = append(obs, o)
+	}
+	if o := blockMap(r.got, ref, m, k, r.MaxNRMSE); o != "" {
+		obs = append(obs, o)
+	}
+	r.Observations = obs
+}
+
+// listInts names up to 10 values and the count of the rest.
+func listInts(v []int) string {
+	var s []string
+	for _, x := range v[:min(10, len(v))] {
+		s = append(s, fmt.Sprint(x))
+	}
+	if len(v) > 10 {
+		s = append(s, fmt.Sprintf("and %d more", len(v)-10))
+	}
+	return strings.Join(s, ", ")
+}
+
+func zeroRows(got, ref []float64, m, k int) string {
+	var rows []int
+	for t := range m {
+		zero, refZero := true, true
+		for j := range k {
+			zero = zero && got[t*k+j] == 0
+			refZero = refZero && ref[t*k+j] == 0
+		}
+		if zero && !refZero {
+			rows = append(rows, t)
+		}
+	}
+	if rows == nil {
+		return ""
+	}
+	return fmt.Sprintf("%d rows are all zero where the oracle's are not (unwritten?): %s", len(rows), listInts(rows))
+}
+
+// movedRows finds failing candidate rows that hold another row of the
+// oracle's output: bitwise anywhere, or within the thresholds a few rows
+// away (a shift).
+func movedRows(got, ref []float64, bad []bool, m, k int, maxNRMSE float64) string {
+	key := func(v []float64) string {
+		var b strings.Builder
+		for _, x := range v {
+			fmt.Fprintf(&b, "%x,", math.Float64bits(x))
+		}
+		return b.String()
+	}
+	at := map[string]int{}
+	for t := range m {
+		if _, ok := at[key(ref[t*k:(t+1)*k])]; !ok {
+			at[key(ref[t*k:(t+1)*k])] = t
+		}
+	}
+	var pairs [][2]int
+	for t := range m {
+		if !bad[t] {
+			continue
+		}
+		row := got[t*k : (t+1)*k]
+		if u, ok := at[key(row)]; ok && u != t {
+			pairs = append(pairs, [2]int{t, u})
+			continue
+		}
+		for _, d := range []int{1, -1, 2, -2} {
+			u := t + d
+			if u < 0 || u >= m {
+				continue
+			}
+			if rm := validation.Compare(row, ref[u*k:(u+1)*k]); rm.NRMSE <= maxNRMSE && rm.NonFiniteMismatch == 0 {
+				pairs = append(pairs, [2]int{t, u})
+				break
+			}
+		}
+	}
+	if pairs == nil {
+		return ""
+	}
+	shift := pairs[0][1] - pairs[0][0]
+	var rows []int
+	for _, p := range pairs {
+		if p[1]-p[0] != shift {
+			shift = 0
+		}
+		rows = append(rows, p[0])
+	}
+	if shift != 0 {
+		return fmt.Sprintf("%d rows are the oracle's rows shifted by %+d (candidate row t holds the oracle's row t%+d): rows %s", len(pairs), shift, shift, listInts(rows))
+	}
+	var s []string
+	for _, p := range pairs[:min(10, len(pairs))] {
+		s = append(s, fmt.Sprintf("%d<-%d", p[0], p[1]))
+	}
+	return fmt.Sprintf("%d rows hold other rows of the oracle's output (candidate<-oracle): %s", len(pairs), strings.Join(s, " "))
+}
+
+// expertMap names the local experts whose rows all fail when every
+// failing row routes to one of them and some rows pass: the error follows
+// those experts (a tile or tactic that only some experts' shapes take).
+func expertMap(c *validation.Case, bad []bool, nBad int) string {
+	in, m, e := &c.Input, c.Input.M, c.Weights.E
+	if nBad == 0 || nBad == m {
+		return ""
+	}
+	uses := make([][]int, m)
+	allBad := make([]bool, e)
+	for x := range allBad {
+		allBad[x] = true
+	}
+	for t := range m {
+		for _, id := range in.TopKIDs[t*in.TopK : (t+1)*in.TopK] {
+			if x, ok := c.Spec.EP.Local(int64(id), e); ok {
+				uses[t] = append(uses[t], x)
+				allBad[x] = allBad[x] && bad[t]
+			}
+		}
+	}
+	for t := range m {
+		if bad[t] && !slices.ContainsFunc(uses[t], func(x int) bool { return allBad[x] }) {
+			return ""
+		}
+	}
+	var es []int
+	for x := range e {
+		if allBad[x] && slices.ContainsFunc(uses, func(u []int) bool { return slices.Contains(u, x) }) {
+			es = append(es, x)
+		}
+	}
+	return fmt.Sprintf("%d of %d rows fail, each routed to local expert %s, every row of which fails: the error follows the expert", nBad, m, listInts(es))
+}
+
+// blockMap names the 16-column blocks whose NRMSE fails, when others pass.
+func blockMap(got, ref []float64, m, k int, maxNRMSE float64) string {
+	nb := k / obsBlock
+	if nb < 2 {
+		return ""
+	}
+	var bad []int
+	for b := range nb {
+		var g, f []float64
+		for t := range m {
+			g = append(g, got[t*k+b*obsBlock:t*k+(b+1)*obsBlock]...)
+			f = append(f, ref[t*k+b*obsBlock:t*k+(b+1)*obsBlock]...)
+		}
+		if rm := validation.Compare(g, f); !(rm.NRMSE <= maxNRMSE) || rm.NonFiniteMismatch > 0 {
+			bad = append(bad, b)
+		}
+	}
+	if bad == nil || len(bad) == nb {
+		return ""
+	}
+	alt := len(bad) == nb/2
+	for i, b := range bad {
+		alt = alt && b == bad[0]+2*i
+	}
+	what := ""
+	if alt {
+		what = ", every other block"
+	}
+	var cols []string
+	for _, b := range bad[:min(10, len(bad))] {
+		cols = append(cols, fmt.Sprintf("[%d,%d)", b*obsBlock, (b+1)*obsBlock))
+	}
+	if len(bad) > 10 {
+		cols = append(cols, fmt.Sprintf("and %d more", len(bad)-10))
+	}
+	return fmt.Sprintf("the error is confined to %d of %d column blocks of %d%s: %s", len(bad), nb, obsBlock, what, strings.Join(cols, " "))
+}
