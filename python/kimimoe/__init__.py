@@ -38,7 +38,7 @@ torch functions need torch; the rest is the standard library.
 """
 import os
 
-from ._check import CheckError, assert_close_file, find_kimimoe, run_check, with_candidate_file
+from ._check import DEFAULT_TIMEOUT_S, CheckError, assert_close_file, find_kimimoe, run_check, with_candidate_file
 
 __all__ = ["dump_case", "assert_moe_close", "run_check", "CheckError", "find_kimimoe"]
 
@@ -50,14 +50,15 @@ def dump_case(path, **kw):
     _dump(path, **kw)
 
 
-def assert_moe_close(out, case_path, *, kimimoe=None, tensor="out", args=(), timeout=None):
+def assert_moe_close(out, case_path, *, kimimoe=None, tensor="out", args=(), timeout=DEFAULT_TIMEOUT_S):
     """Check out (a torch tensor [M, K], or the path of a safetensors file
     holding it as `tensor`) against the oracle on case_path.
 
     Returns kimimoe's JSON report on a pass. Raises AssertionError with the
     text report (metrics, worst rows, most likely mistake, every hypothesis)
     on a fail, CheckError if the check could not be made. args are extra
-    `kimimoe check` flags, e.g. ("--chain", "flashinfer")."""
+    `kimimoe check` flags, e.g. ("--chain", "flashinfer"). timeout bounds
+    the check in seconds (default DEFAULT_TIMEOUT_S; None: no limit)."""
     kw = dict(kimimoe=kimimoe, tensor=tensor, args=args, timeout=timeout)
     if isinstance(out, (str, bytes, os.PathLike)):
         return assert_close_file(out, case_path, **kw)

@@ -8,6 +8,12 @@ import tempfile
 from . import _safetensors
 
 
+# DEFAULT_TIMEOUT_S bounds one `kimimoe check` run: a check at a real
+# layer's shape takes seconds to a few minutes on two cores, so a hang shows
+# as a CheckError instead of a CI job that never ends.
+DEFAULT_TIMEOUT_S = 600
+
+
 class CheckError(RuntimeError):
     """kimimoe could not check (a usage or input error: exit status 2), or
     could not be run at all."""
@@ -21,17 +27,19 @@ def find_kimimoe(kimimoe=None):
     return exe
 
 
-def run_check(case_path, candidate_path, *, kimimoe=None, tensor="out", args=(), timeout=None):
+def run_check(case_path, candidate_path, *, kimimoe=None, tensor="out", args=(), timeout=DEFAULT_TIMEOUT_S):
     """Run `kimimoe check --case CASE --candidate CAND --json -`.
 
     Returns (passed, report dict, text report). Raises CheckError for exit
-    status 2 (the text says which input or flag is bad) or any other
-    failure to run."""
-    cmd = [find_kimimoe(kimimoe), "check", "--case", os.fspath(case_path), "--candidate", os.fspath(candidate_path),
+    status 2 (the text says which input or flag is bad), a run past timeout
+    seconds (None: no limit) or any other failure to run."""
+    cmd = [find_kimimoe(kimimoe), "check", "--case", os.fsdecode(case_path), "--candidate", os.fsdecode(candidate_path),
            "--tensor", tensor, "--json", "-"] + list(args)
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as e:
+        p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise CheckError("kimimoe check did not finish in %g s (timeout=...)" % timeout) from e
+    except OSError as e:
         raise CheckError("running %s: %s" % (cmd[0], e)) from e
     if p.returncode not in (0, 1):
         raise CheckError("kimimoe check exited %d: %s" % (p.returncode, p.stderr.strip()))
@@ -61,4 +69,4 @@ def with_candidate_file(write, fn):
         shutil.rmtree(d, ignore_errors=True)
 
 
-__all__ = ["CheckError", "find_kimimoe", "run_check", "assert_close_file", "with_candidate_file", "_safetensors"]
+__all__ = ["DEFAULT_TIMEOUT_S", "CheckError", "find_kimimoe", "run_check", "assert_close_file", "with_candidate_file", "_safetensors"]

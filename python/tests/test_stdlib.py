@@ -64,3 +64,32 @@ class AssertTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TimeoutTest(unittest.TestCase):
+    """A kimimoe that never answers becomes a CheckError, not a hung test;
+    one that prints bytes that are not UTF-8 is still read."""
+
+    def fake(self, d, body):
+        p = os.path.join(d, "kimimoe")
+        with open(p, "w") as f:
+            f.write("#!/bin/sh\n" + body + "\n")
+        os.chmod(p, 0o755)
+        return p
+
+    def test_a_hang_times_out(self):
+        with tempfile.TemporaryDirectory() as d:
+            km = self.fake(d, "sleep 30")
+            with self.assertRaises(kimimoe.CheckError) as cm:
+                kimimoe.assert_moe_close(GOLDEN, GOLDEN, kimimoe=km, timeout=0.5)
+            self.assertIn("did not finish", str(cm.exception))
+
+    def test_a_default_timeout(self):
+        self.assertGreater(kimimoe.DEFAULT_TIMEOUT_S, 0)
+
+    def test_non_utf8_output_is_read(self):
+        with tempfile.TemporaryDirectory() as d:
+            km = self.fake(d, "printf '\\377\\376 bad' >&2; exit 2")
+            with self.assertRaises(kimimoe.CheckError) as cm:
+                kimimoe.assert_moe_close(GOLDEN, GOLDEN, kimimoe=km)
+            self.assertIn("bad", str(cm.exception))
