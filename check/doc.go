@@ -14,9 +14,15 @@
 // dtype, is the same infinity matches; any other non-finite disagreement
 // is a mismatch.
 //
+// A failing report also lists Observations, facts that need no
+// hypothesis: zero rows, rows moved from elsewhere in the output, errors
+// only in non-finite values, in some experts or in some column blocks.
+//
 // Diagnose re-runs the oracle with each known mistake applied (Hypotheses
 // lists them, with the bug reports each stands for) on at most MaxRows
-// sampled rows and ranks them by NRMSE against the candidate. A hypothesis
+// sampled rows and ranks them by NRMSE against the candidate. Each variant
+// is screened on the few sampled rows furthest from the oracle, and the
+// best hypotheses are measured again on every sampled row. A hypothesis
 // "matches" when it passes the same thresholds the verdict uses. Because
 // the oracle is exact, a kernel that makes exactly one of these mistakes
 // and is otherwise correct is matched by that hypothesis at the NRMSE of
