@@ -72,7 +72,7 @@ func runCheck(args []string) error {
 	if (*casePath == "") == (*cf.dir == "") || *f.cand == "" {
 		return usagef("--candidate and one of --case or --checkpoint are required (or --dir)")
 	}
-	if err := checkJSONOutput(*f.jsonPath, inputsOf(*casePath, *f.cand, *cf.inputs)...); err != nil {
+	if err := checkJSONOutput(*f.jsonPath, append(inputsOf(*casePath, *f.cand, *cf.inputs), checkpointFiles(*cf.dir)...)...); err != nil {
 		return err
 	}
 	var out io.Writer = os.Stdout

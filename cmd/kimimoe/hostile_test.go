@@ -247,3 +247,46 @@ func TestOutputIsOneOfSeveralPeers(t *testing.T) {
 	expect(t, 2, "is the input file", "plot", "--bench", a, "--peers", a+","+b, "--out", b)
 	expect(t, 2, "is the input file", "bench", "--peers", a+","+b, "--plot", b)
 }
+
+// Round 3's data-loss breaks: a check's --json naming a checkpoint's
+// index or config (R3-1); a case whose header length reads as "{ " taken
+// for JSON, and a JSON file whose ninth byte is '{' taken for safetensors
+// (R3-2); --write-cases writing through a link in its folder (R3-14).
+func TestRound3OutputsNeverDestroyInputs(t *testing.T) {
+	dir, ck, inputs := smallCheckpoint(t)
+	index := filepath.Join(ck, "model.safetensors.index.json")
+	indexBytes, _ := os.ReadFile(index)
+	cand := filepath.Join(dir, "cand.safetensors")
+	expect(t, 0, "wrote", "run", "--checkpoint", ck, "--layer", "2", "--inputs", inputs, "--out", cand)
+	expect(t, 2, "is the input file", "check", "--checkpoint", ck, "--layer", "2", "--inputs", inputs, "--candidate", cand, "--json", index)
+	sameBytes(t, index, indexBytes)
+
+	// A safetensors file whose 8-byte header length starts "{ ".
+	st := filepath.Join(dir, "brace.safetensors")
+	hdr := []byte(`{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}`)
+	hdr = append(hdr, make([]byte, 0x207b-len(hdr))...)
+	for i := len(`{"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}`); i < len(hdr); i++ {
+		hdr[i] = ' '
+	}
+	data := append([]byte{'{', ' ', 0, 0, 0, 0, 0, 0}, hdr...)
+	data = append(data, 7)
+	os.WriteFile(st, data, 0o644)
+	expect(t, 2, "is not a JSON file", "validate", "--suite", "smoke", "--json", st)
+	sameBytes(t, st, data)
+
+	// A JSON file whose ninth byte is '{'.
+	js := filepath.Join(dir, "nine.json")
+	jsBytes := []byte(`{"a": [1,{"b": 2}]}`)
+	os.WriteFile(js, jsBytes, 0o644)
+	expect(t, 2, "is not a safetensors file", "run", "--checkpoint", ck, "--layer", "2", "--inputs", inputs, "--out", js)
+	sameBytes(t, js, jsBytes)
+
+	// A link inside the --write-cases folder.
+	cases := filepath.Join(dir, "cases")
+	os.MkdirAll(cases, 0o755)
+	victim := filepath.Join(dir, "victim.safetensors")
+	os.WriteFile(victim, data, 0o644)
+	os.Symlink(victim, filepath.Join(cases, "m1_uniform.safetensors"))
+	expect(t, 2, "symbolic link", "validate", "--suite", "smoke", "--write-cases", cases)
+	sameBytes(t, victim, data)
+}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -23,23 +25,66 @@ const (
 	kindSafetensors outputKind = "safetensors"
 )
 
-// sniffBytes is how much of an existing file is read to tell its kind.
+// sniffBytes is how much of an existing file is read to tell a kind by
+// its first bytes.
 const sniffBytes = 512
 
-// looksLike reports whether the start of a file is of kind k.
+// maxJSONOutput bounds an existing file taken for one of our JSON outputs
+// (reports and bench records are far smaller): a larger file is never
+// read whole to tell its kind, and never replaced.
+const maxJSONOutput = 64 << 20
+
+// maxSafetensorsHeader bounds the header of an existing safetensors file
+// read to tell its kind (the reader's own bound is larger; our outputs'
+// headers are a few kilobytes).
+const maxSafetensorsHeader = 16 << 20
+
+// isKind reports whether the existing file f is of kind k: a JSON output
+// must parse as JSON whole, a safetensors file must have a header length
+// inside the file and a header that parses as a JSON object; the plot
+// formats are told by their first bytes. A binary whose first byte is '{'
+// is no JSON file, and a JSON file whose ninth byte is '{' no safetensors.
+func isKind(f *os.File, size int64, k outputKind) bool {
+	switch k {
+	case kindJSON:
+		if size > maxJSONOutput {
+			return false
+		}
+		data, err := io.ReadAll(f)
+		t := bytes.TrimLeft(data, " \t\r\n")
+		return err == nil && len(t) > 0 && (t[0] == '{' || t[0] == '[') && json.Valid(data)
+	case kindSafetensors:
+		var n [8]byte
+		if _, err := io.ReadFull(f, n[:]); err != nil {
+			return false
+		}
+		hl := binary.LittleEndian.Uint64(n[:])
+		if hl < 2 || hl > maxSafetensorsHeader || int64(hl) > size-8 {
+			return false
+		}
+		h := make([]byte, hl)
+		if _, err := io.ReadFull(f, h); err != nil {
+			return false
+		}
+		h = bytes.TrimRight(h, " ")
+		return len(h) > 0 && h[0] == '{' && json.Valid(h)
+	}
+	head := make([]byte, sniffBytes)
+	n, _ := io.ReadFull(f, head)
+	return looksLike(head[:n], k)
+}
+
+// looksLike reports whether the start of a file is of kind k (the plot
+// formats).
 func looksLike(head []byte, k outputKind) bool {
 	t := bytes.TrimLeft(head, " \t\r\n")
 	switch k {
-	case kindJSON:
-		return len(t) > 0 && (t[0] == '{' || t[0] == '[')
 	case kindSVG:
 		return bytes.HasPrefix(t, []byte("<?xml")) || bytes.HasPrefix(t, []byte("<svg"))
 	case kindPNG:
 		return bytes.HasPrefix(head, []byte("\x89PNG\r\n\x1a\n"))
 	case kindPDF:
 		return bytes.HasPrefix(head, []byte("%PDF"))
-	case kindSafetensors:
-		return len(head) >= 9 && head[8] == '{'
 	}
 	return false
 }
@@ -63,9 +108,11 @@ func checkOutput(flagName, path string, k outputKind, inputs ...string) error {
 		return nil // absent: a new file
 	}
 	defer f.Close()
-	head := make([]byte, sniffBytes)
-	n, _ := io.ReadFull(f, head)
-	if n > 0 && !looksLike(head[:n], k) {
+	st, err := f.Stat()
+	if err != nil {
+		return usagef("--%s %s: %v", flagName, path, err)
+	}
+	if st.Size() > 0 && !isKind(f, st.Size(), k) {
 		return usagef("--%s %s: the file exists and is not a %s file; refusing to replace it (remove it or pick another name)", flagName, path, k)
 	}
 	return nil

@@ -165,6 +165,11 @@ func writeSuiteCases(dir, suite string, act activation.Kind, chain moe.Chain, re
 	}
 	for _, s := range specs {
 		for _, name := range []string{s.Name + ".safetensors", s.Name + ".out.safetensors"} {
+			// A link in the folder points outside what --write-cases names:
+			// writing through it would replace a file the user never named.
+			if st, err := os.Lstat(filepath.Join(dir, name)); err == nil && st.Mode()&os.ModeSymlink != 0 {
+				return usagef("--write-cases %s: %s is a symbolic link; refusing to write through it", dir, name)
+			}
 			if err := checkOutput("write-cases", filepath.Join(dir, name), kindSafetensors); err != nil {
 				return err
 			}
