@@ -59,6 +59,7 @@ var hypotheses = []hypothesis{
 	{"chain_mxfp8", "the mxfp8 chain: float64 intermediate requantized to MXFP8 with the layer's recipe", chain(moe.ChainMXFP8)},
 	{"chain_flashinfer", "the flashinfer chain: bf16 GEMM1 result and activation, MXFP8 rceil, bf16 GEMM2 rows summed in float32", chain(moe.ChainFlashInfer)},
 	{"chain_bf16", "the bf16 chain (W4A16): x as BF16, float32 GEMMs, bf16 intermediate, bf16 weighted rows summed in float32", chain(moe.ChainBF16)},
+	{"chain_marlin", "the marlin chain (W4A16 unfused): x as BF16, BF16 GEMM outputs and biases, BF16 routing weights, bf16 rows summed in float32", chain(moe.ChainMarlin)},
 	{"activation_params", "the activation's parameters wrong: swapped, left at another model's defaults, or a clamp missing", activationParams},
 	{"activation_kind", "another activation run in its place (FlashInfer #4597: the SM90 path ran the wrong activation for SiTU)", activationKind},
 	{"routing_weights_unnormalized", "top-k weights not renormalized to sum 1, or renormalized when they should not be", routingUnnormalized},
@@ -382,8 +383,8 @@ func recipe(r mxfp.Recipe) func(c *validation.Case) ([]variant, string) {
 		if c.Spec.Recipe == r {
 			return nil, fmt.Sprintf("the case's recipe is %v", r)
 		}
-		if c.Spec.Chain == moe.ChainBF16 {
-			return nil, "the bf16 chain quantizes nothing with the recipe"
+		if c.Spec.Chain.BF16X() {
+			return nil, fmt.Sprintf("the %v chain quantizes nothing with the recipe", c.Spec.Chain)
 		}
 		if c.Input.XQ != nil && c.Spec.Chain != moe.ChainMXFP8 {
 			return nil, fmt.Sprintf("x is given quantized and the %v chain's intermediate does not use the recipe", c.Spec.Chain)

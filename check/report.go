@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"kimimoe/activation"
-	"kimimoe/moe"
 	"kimimoe/mxfp"
 	"kimimoe/safetensors"
 	"kimimoe/validation"
@@ -180,7 +179,7 @@ func Compare(c *validation.Case, got []float32, d safetensors.DType, opts Option
 		RTol: opts.RTol, ATol: opts.ATol, opts: opts, got: validation.Widen(got), dt: d}
 	r.Notes = append(r.Notes, fmt.Sprintf("the oracle's output was rounded once to %s (nearest even) before comparing", d))
 	if n := notBF16(c); n > 0 {
-		r.Notes = append(r.Notes, fmt.Sprintf("the bf16 chain takes x as BF16: %d of the case's %d x values are not BF16 values and were rounded to nearest even", n, m*k))
+		r.Notes = append(r.Notes, fmt.Sprintf("the %v chain takes x as BF16: %d of the case's %d x values are not BF16 values and were rounded to nearest even", c.Spec.Chain, n, m*k))
 	}
 	r.measure(ref, m, k)
 	r.observe(c, ref, m, k)
@@ -191,7 +190,7 @@ func Compare(c *validation.Case, got []float32, d safetensors.DType, opts Option
 // notBF16 counts the float x values of a bf16-chain case that BF16 does
 // not hold (0 on the other chains and for an MXFP8 x).
 func notBF16(c *validation.Case) int {
-	if c.Spec.Chain != moe.ChainBF16 {
+	if !c.Spec.Chain.BF16X() {
 		return 0
 	}
 	n := 0
@@ -328,9 +327,9 @@ func describe(c *validation.Case) Checked {
 	switch {
 	case in.XQ != nil:
 		ch.X = "x_q + x_scale (given quantized)"
-	case s.Chain == moe.ChainBF16 && notBF16(c) == 0:
+	case s.Chain.BF16X() && notBF16(c) == 0:
 		ch.X = "x (BF16 values, taken as given)"
-	case s.Chain == moe.ChainBF16:
+	case s.Chain.BF16X():
 		ch.X = "x (float, rounded to BF16, nearest even)"
 	}
 	for t := range in.M {

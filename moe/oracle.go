@@ -230,7 +230,7 @@ func (o *Oracle) Forward(out []float64, in *Input, rows []int) error {
 	// quantize (or decode) it to MXFP8.
 	var xs []qrow
 	var xb [][]float64
-	if o.spec.Chain == ChainBF16 {
+	if o.spec.Chain.BF16X() {
 		xb = make([][]float64, len(rows))
 		parallel.For(len(rows), func(i int) { xb[i] = bf16Row(in, rows[i], w.K) })
 	} else {
@@ -292,7 +292,7 @@ func (o *Oracle) Forward(out []float64, in *Input, rows []int) error {
 	case ChainFlashInfer:
 		o.finalizeFlashInfer(out, in, rows, y)
 		return nil
-	case ChainBF16:
+	case ChainBF16, ChainMarlin:
 		o.finalizeBF16(out, in, rows, y)
 		return nil
 	}
@@ -476,7 +476,8 @@ func bf16Row(in *Input, t, k int) []float64 {
 // (the tensor cores' accumulator), the FC1 bias added in float32, the
 // activation in float32 rounded to BF16 (the intermediate these kernels
 // store), GEMM2 likewise plus the FC2 bias in float32; y[tok][slot] holds
-// that float32 row.
+// that float32 row. On the marlin chain each GEMM output is rounded to
+// BF16 and its bias added in BF16 (gemmOut), so the activation reads BF16.
 func (o *Oracle) expertForwardBF16(e int, pairs []pair, xb [][]float64, y [][][]float64) {
 	w := o.w
 	r, n, k := w.Rows(), w.N, w.K
@@ -484,15 +485,13 @@ func (o *Oracle) expertForwardBF16(e int, pairs []pair, xb [][]float64, y [][][]
 	b1, b2, w31, s31, w2, s2 := ex.b1, ex.b2, ex.w31, ex.s31, ex.w2, ex.s2
 	params := o.spec.ParamsFor(e)
 	kind := o.spec.Activation
+	marlin := o.spec.Chain == ChainMarlin
 	h := make([]float32, r)
 	a := make([]float64, n)
 	for _, pr := range pairs {
 		x := xb[pr.tok]
 		for row := range r {
-			h[row] = float32(dotRowFloat(w31[row*k:(row+1)*k], s31[row*k/32:(row+1)*k/32], x))
-			if b1 != nil {
-				h[row] = float32(h[row] + b1[row])
-			}
+			h[row] = gemmOut(dotRowFloat(w31[row*k:(row+1)*k], s31[row*k/32:(row+1)*k/32], x), b1, row, marlin)
 		}
 		for i := range n {
 			var v float32
@@ -505,22 +504,40 @@ func (o *Oracle) expertForwardBF16(e int, pairs []pair, xb [][]float64, y [][][]
 		}
 		out := y[pr.tok][pr.slot]
 		for row := range k {
-			v := float32(dotRowFloat(w2[row*n:(row+1)*n], s2[row*n/32:(row+1)*n/32], a))
-			if b2 != nil {
-				v = float32(v + b2[row])
-			}
-			out[row] = float64(v)
+			out[row] = float64(gemmOut(dotRowFloat(w2[row*n:(row+1)*n], s2[row*n/32:(row+1)*n/32], a), b2, row, marlin))
 		}
 	}
 }
 
-// finalizeBF16 is the bf16 chain's top-k sum: each slot's row stored as
-// BF16 after the float32 product with its routing weight (one BF16 row per
+// gemmOut is one W4A16 GEMM output element from its exact sum: on the bf16
+// chain the float32 accumulator plus the bias in float32; on the marlin
+// chain the accumulator stored as BF16, then the BF16 bias added in BF16
+// (Marlin's epilogue: a bf16 conversion, then __hadd2).
+func gemmOut(sum float64, bias []float32, row int, marlin bool) float32 {
+	if !marlin {
+		v := float32(sum)
+		if bias != nil {
+			v = float32(v + bias[row])
+		}
+		return v
+	}
+	v := mxfp.RoundBF16(float32(sum))
+	if bias != nil {
+		v = mxfp.RoundBF16(v + mxfp.RoundBF16(bias[row]))
+	}
+	return v
+}
+
+// finalizeBF16 is the W4A16 chains' top-k sum: each slot's row stored as
+// BF16 after the product with its routing weight (one BF16 row per
 // (token, slot), as triton_kernels' and Marlin's kernels write before the
-// reduction), summed in float32 in slot order from 0.
+// reduction), summed in float32 in slot order from 0. The bf16 chain
+// multiplies in float32; the marlin chain multiplies the BF16 row by the
+// weight rounded to BF16 (Marlin's __hmul2 in its epilogue).
 func (o *Oracle) finalizeBF16(out []float64, in *Input, rows []int, y [][][]float64) {
 	k := o.w.K
 	acc := make([]float32, k)
+	marlin := o.spec.Chain == ChainMarlin
 	for i, t := range rows {
 		clear(acc)
 		for s := range in.TopK {
@@ -528,6 +545,9 @@ func (o *Oracle) finalizeBF16(out []float64, in *Input, rows []int, y [][][]floa
 				continue
 			}
 			wt := in.TopKWeights[t*in.TopK+s]
+			if marlin {
+				wt = mxfp.RoundBF16(wt)
+			}
 			for j, v := range y[i][s] {
 				acc[j] = float32(acc[j] + mxfp.RoundBF16(float32(wt*float32(v))))
 			}

@@ -21,6 +21,7 @@ var ErrInput = errors.New("moe: bad input")
 //	mxfp8       exact               float64                MXFP8 (the layer's recipe)  exact, float64
 //	flashinfer  rounded to bf16     float32, rounded bf16  MXFP8 rceil                 bf16 rows, float32 sum
 //	bf16        rounded to float32  float32, rounded bf16  bf16 (x bf16, never MXFP8)  float32, w*y as bf16 rows, float32 sum
+//	marlin      rounded to bf16     float32, rounded bf16  bf16 (x bf16, never MXFP8)  bf16, bf16(w)*y as bf16 rows, float32 sum
 //
 // docs/CONTRACT.md says which kernels round where each chain rounds.
 type Chain uint8
@@ -29,11 +30,17 @@ const (
 	ChainExact Chain = iota + 1
 	ChainMXFP8
 	ChainFlashInfer
-	ChainBF16 // W4A16: BF16 activations as Marlin and triton_kernels run them
+	ChainBF16   // W4A16 with the activation fused on float32 (triton_kernels)
+	ChainMarlin // W4A16 with BF16 GEMM outputs and bias, BF16 routing weights (Marlin)
 )
 
 // Chains lists every chain.
-func Chains() []Chain { return []Chain{ChainExact, ChainMXFP8, ChainFlashInfer, ChainBF16} }
+func Chains() []Chain {
+	return []Chain{ChainExact, ChainMXFP8, ChainFlashInfer, ChainBF16, ChainMarlin}
+}
+
+// BF16X reports whether the chain takes x as BF16 (W4A16), never MXFP8.
+func (c Chain) BF16X() bool { return c == ChainBF16 || c == ChainMarlin }
 
 func (c Chain) String() string {
 	switch c {
@@ -45,18 +52,20 @@ func (c Chain) String() string {
 		return "flashinfer"
 	case ChainBF16:
 		return "bf16"
+	case ChainMarlin:
+		return "marlin"
 	}
 	return fmt.Sprintf("Chain(%d)", uint8(c))
 }
 
-// ParseChain accepts exact, mxfp8, flashinfer and bf16.
+// ParseChain accepts exact, mxfp8, flashinfer, bf16 and marlin.
 func ParseChain(s string) (Chain, error) {
 	for _, c := range Chains() {
 		if c.String() == s {
 			return c, nil
 		}
 	}
-	return 0, fmt.Errorf("moe: unknown chain %q (want exact, mxfp8, flashinfer or bf16)", s)
+	return 0, fmt.Errorf("moe: unknown chain %q (want exact, mxfp8, flashinfer, bf16 or marlin)", s)
 }
 
 // LayerSpec is everything about a layer except its weights and inputs.
@@ -101,8 +110,8 @@ func (s *LayerSpec) Validate(w *Weights) error {
 			return fmt.Errorf("moe: expert %d: %w", e, err)
 		}
 	}
-	if s.Chain < ChainExact || s.Chain > ChainBF16 {
-		return fmt.Errorf("moe: LayerSpec.Chain is %v: not a valid chain (exact, mxfp8, flashinfer or bf16)", s.Chain)
+	if s.Chain < ChainExact || s.Chain > ChainMarlin {
+		return fmt.Errorf("moe: LayerSpec.Chain is %v: not a valid chain (exact, mxfp8, flashinfer, bf16 or marlin)", s.Chain)
 	}
 	if s.Recipe != mxfp.RecipeFloor && s.Recipe != mxfp.RecipeRCeil {
 		return fmt.Errorf("moe: LayerSpec.Recipe is %v: not a valid recipe (floor or rceil)", s.Recipe)

@@ -79,8 +79,8 @@ func (s *CaseSpec) Validate() error {
 		return bad("TopK", "= %d, want at least 1", s.TopK)
 	case !s.Activation.Valid():
 		return bad("Activation", "is %v, want a valid activation.Kind", s.Activation)
-	case s.Chain < moe.ChainExact || s.Chain > moe.ChainBF16:
-		return bad("Chain", "is %v, want exact, mxfp8, flashinfer or bf16", s.Chain)
+	case s.Chain < moe.ChainExact || s.Chain > moe.ChainMarlin:
+		return bad("Chain", "is %v, want exact, mxfp8, flashinfer, bf16 or marlin", s.Chain)
 	case s.Recipe != mxfp.RecipeFloor && s.Recipe != mxfp.RecipeRCeil:
 		return bad("Recipe", "is %v, want floor or rceil", s.Recipe)
 	case s.LocalSlots < 0:

@@ -99,7 +99,7 @@ func addCkptFlags(fs *flagSet) *ckptFlags {
 		tpRank:     fs.Int("moe-tp-rank", 0, "with --checkpoint: MoE tensor-parallel rank"),
 		inputs:     fs.String("inputs", "", "with --checkpoint: x (F32/BF16/F16) or x_q + x_scale; topk_ids + topk_weights, or router_logits [M, E] (+ correction_bias [E])"),
 		topk:       fs.Int("topk", 0, "with --checkpoint: top-k when routing router_logits (default: the format's, Kimi-K3 16, GPT-OSS 4)"),
-		chain:      fs.String("chain", "", "precision chain: exact, mxfp8, flashinfer, bf16 (default: the case's; mxfp8 for a checkpoint)"),
+		chain:      fs.String("chain", "", "precision chain: exact, mxfp8, flashinfer, bf16, marlin (default: the case's; mxfp8 for a checkpoint)"),
 		recipe:     fs.String("recipe", "", "MX scale recipe for x and the intermediate: floor, rceil (default: the case's; rceil for a checkpoint)"),
 		activation: fs.String("activation", "", "activation kind (default: the case's, or the checkpoint format's: Kimi-K3 situ, GPT-OSS swiglu_oai)"),
 		params:     map[string]*optFloat{},

@@ -23,7 +23,7 @@ func runValidate(args []string) error {
 	name := fs.String("backend", backend.GoName, "backend")
 	tune := addTuneFlag(fs)
 	actName := fs.String("activation", "situ", "activation kind (see below)")
-	chainName := fs.String("chain", "mxfp8", "precision chain: exact, mxfp8, flashinfer, bf16")
+	chainName := fs.String("chain", "mxfp8", "precision chain: exact, mxfp8, flashinfer, bf16, marlin")
 	recipeName := fs.String("recipe", "rceil", "MX scale recipe: floor, rceil")
 	requireSitu := fs.Bool("require-situ", false, "fail if the backend cannot run SiTU")
 	jsonPath := fs.String("json", "", "also write the results as JSON to this file (- for stdout; the table then goes to stderr)")
