@@ -25,6 +25,17 @@ type compareRow struct {
 	PeerOverKimimoe []float64 // PeerMS / MS: above 1, kimimoe is ahead
 }
 
+// best is the index of the fastest peer at this M (-1: none has a time).
+func (r *compareRow) best() int {
+	b := -1
+	for j, ms := range r.PeerMS {
+		if ms > 0 && (b < 0 || ms < r.PeerMS[b]) {
+			b = j
+		}
+	}
+	return b
+}
+
 // compareRows pairs the bench rows with the peers' rows of the same M
 // (peer rows without a time are skipped), in increasing M.
 func compareRows(doc *benchDoc, peers []*peerDoc) []compareRow {
@@ -109,6 +120,10 @@ func runCompare(args []string) error {
 			head += fmt.Sprintf(" %s ms (graph) | %s / kimimoe |", pd.name(), pd.name())
 			rule += " --- | --- |"
 		}
+		if len(peers) > 1 {
+			head += " best peer | best / kimimoe |"
+			rule += " --- | --- |"
+		}
 		fmt.Fprintln(os.Stdout, "\n"+head)
 		fmt.Fprintln(os.Stdout, rule)
 		for _, r := range rows {
@@ -116,6 +131,13 @@ func runCompare(args []string) error {
 			for j := range peers {
 				if r.PeerMS[j] > 0 {
 					fmt.Fprintf(os.Stdout, " %.3f | %.2f |", r.PeerMS[j], r.PeerOverKimimoe[j])
+				} else {
+					fmt.Fprint(os.Stdout, " - | - |")
+				}
+			}
+			if len(peers) > 1 {
+				if b := r.best(); b >= 0 {
+					fmt.Fprintf(os.Stdout, " %s | %.2f |", peers[b].name(), r.PeerOverKimimoe[b])
 				} else {
 					fmt.Fprint(os.Stdout, " - | - |")
 				}

@@ -254,7 +254,8 @@ func (d *peerDoc) check(path string) error {
 
 // palette: kimimoe, the floor, then the peers.
 var palette = []color.Color{color.RGBA{31, 119, 180, 255}, color.RGBA{110, 110, 110, 255}, color.RGBA{214, 39, 40, 255},
-	color.RGBA{44, 160, 44, 255}, color.RGBA{148, 103, 189, 255}}
+	color.RGBA{44, 160, 44, 255}, color.RGBA{148, 103, 189, 255}, color.RGBA{255, 127, 14, 255},
+	color.RGBA{140, 86, 75, 255}, color.RGBA{227, 119, 194, 255}}
 
 // drawPlot draws median latency and the floor (and the peer) against M,
 // both axes logarithmic, and returns the file's bytes in format.
