@@ -108,6 +108,7 @@ func Diagnose(c *validation.Case, r *Report) {
 		return
 	}
 	ev := &evaluator{r: r, base: base, k: k}
+	r.opts.progress("diagnosis: the oracle on %d sampled rows", len(rows))
 	ref, err := ev.forward(c, rows)
 	if err != nil {
 		r.DiagnosisNote = fmt.Sprintf("no diagnosis: %v", err)
@@ -130,6 +131,7 @@ func Diagnose(c *validation.Case, r *Report) {
 	}
 	for i := range ps {
 		if ps[i].res.Skipped == "" {
+			r.opts.progress("diagnosis: hypothesis %d/%d %s on %d rows", i+1, len(ps), ps[i].res.Name, len(screen))
 			ps[i].res, ps[i].best = ev.measure(ps[i].res, ps[i].vs, screen)
 		}
 	}
@@ -141,6 +143,7 @@ func Diagnose(c *validation.Case, r *Report) {
 		slices.SortStableFunc(order, func(a, b int) int { return cmpRank(ps[a].res, ps[b].res) })
 		for _, i := range order[:min(refineHypotheses, len(order))] {
 			if p := &ps[i]; p.res.Skipped == "" && !math.IsNaN(float64(p.res.NRMSE)) {
+				r.opts.progress("diagnosis: %s on all %d sampled rows", p.res.Name, len(rows))
 				p.res, _ = ev.measure(p.res, p.vs[p.best:p.best+1], rows)
 			}
 		}

@@ -40,6 +40,15 @@ type Options struct {
 	// MaxRows bounds the rows Diagnose re-runs per hypothesis (default
 	// DefaultDiagnoseRows).
 	MaxRows int
+	// Progress, if set, is told each step of the work as it starts (the
+	// oracle's run, each hypothesis), for a status line on long checks.
+	Progress func(step string)
+}
+
+func (o Options) progress(format string, a ...any) {
+	if o.Progress != nil {
+		o.Progress(fmt.Sprintf(format, a...))
+	}
 }
 
 func (o Options) withDefaults() Options {
@@ -169,6 +178,7 @@ func Compare(c *validation.Case, got []float32, d safetensors.DType, opts Option
 	if len(got) != m*k {
 		return nil, fmt.Errorf("%w: %d values, the case's output is [%d, %d]", ErrCandidate, len(got), m, k)
 	}
+	opts.progress("the oracle on %d rows of [%d, %d]", m, m, k)
 	ref, err := c.OracleForward(nil)
 	if err != nil {
 		return nil, err

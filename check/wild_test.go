@@ -148,3 +148,22 @@ func TestDiagnoseUniformScale(t *testing.T) {
 		t.Fatalf("diagnosis first: %+v", r.Diagnosis[0])
 	}
 }
+
+// Options.Progress hears the oracle's run and every hypothesis as it starts.
+func TestProgressNamesEachStep(t *testing.T) {
+	c := testCase(t, moe.ChainMXFP8, 1, 0, false)
+	cand := candidate(t, c)
+	cand[0] += 1
+	var steps []string
+	r, err := Compare(c, cand, safetensors.F32, Options{Progress: func(s string) { steps = append(steps, s) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	Diagnose(c, r)
+	all := strings.Join(steps, "\n")
+	for _, want := range []string{"the oracle on 12 rows", "diagnosis: hypothesis 1/", "fp4_nibbles_swapped"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("progress lacks %q:\n%s", want, all)
+		}
+	}
+}

@@ -139,7 +139,11 @@ func checkOne(fs *flagSet, c *validation.Case, notes []string, casePath, candPat
 	if err := checkMemory(fmt.Sprintf("case %s", casePath), oracleBytes(w.E, w.N, w.K, w.Gated, m, localSlots(c)), *f.maxMem); err != nil {
 		return nil, err
 	}
-	rep, err := check.Compare(c, got, ct.DType, f.options())
+	opts := f.options()
+	p := newProgress() // a status line on a terminal: a check at a real shape takes a while
+	defer p.done()
+	opts.Progress = func(step string) { p.update("%s: %s", casePath, step) }
+	rep, err := check.Compare(c, got, ct.DType, opts)
 	if err != nil {
 		return nil, asUsage(err)
 	}
