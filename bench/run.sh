@@ -2,15 +2,18 @@
 # Reproduces every figure of the README and docs/PERF.md on one GPU
 # machine, in one run (bench/README.md):
 #
-#   TRITON_KERNELS_SRC=/path/to/triton/python/triton_kernels bash bench/run.sh [OUTDIR]
+#   TRITON_KERNELS_SRC=/path/to/triton/python/triton_kernels \
+#   [MARLIN_OPS=LIB[:LIB]] [HUMMING_SRC=DIR] bash bench/run.sh [OUTDIR]
 #
 # OUTDIR (default bench/results) gets validate_mxfp8.json,
 # validate_flashinfer.json and validate_bf16.json (validate --suite all
 # --require-situ on the GPU backend), bench.json and bench_bf16.json
 # (kimimoe bench on the mxfp8 and bf16 chains, 20 interleaved rounds), the
-# peers' JSONs peer_triton_kernels.json (first) and peer_moe.json,
+# peers' JSONs peer_triton_kernels.json (first), peer_marlin.json,
+# peer_humming_w4a16.json and peer_humming_w4a8.json (each where the peer
+# is given) and peer_moe.json,
 # compare.md (kimimoe compare: per M, each peer / kimimoe),
-# compare_bf16.md (triton_kernels / the bf16 chain) and bench.svg (kimimoe
+# compare_bf16.md (the W4A16 peers / the bf16 chain) and bench.svg (kimimoe
 # plot), and run.log. SHAPE=gpt-oss-120b or gpt-oss-20b benches that layer
 # instead (and validates --suite gpt-oss on the mxfp8 and bf16 chains too),
 # with OUTDIR bench/results/SHAPE by default; the Triton MX MoE then does
@@ -75,6 +78,30 @@ if [ -n "${TRITON_KERNELS_SRC:-}" ]; then
 else
   echo "TRITON_KERNELS_SRC is not set: triton_kernels is not measured"
 fi
+# The W4A16 kernels Kimi-K3 and GPT-OSS run on Hopper: Marlin (vLLM's ops,
+# or libraries built from its sources named in MARLIN_OPS) and Humming
+# (installed, or HUMMING_SRC) in its W4A16 and W4A8 settings.
+w4a16=${peers:+$out/peer_triton_kernels.json}
+if [ -n "${MARLIN_OPS:-}" ] || python3 -c 'import vllm._moe_C' 2>/dev/null; then
+  step "peer: Marlin (bench/peer_marlin.py)"
+  OUT="$peer" PEER_M="$ms" PEER_SHAPE="$shape" PEER_BUDGET_S="${PEER_BUDGET_S:-150}" PYTHONUNBUFFERED=1 python3 bench/peer_marlin.py > "$peer/marlin.txt" 2>&1
+  tail -16 "$peer/marlin.txt"
+  cp "$peer/peer_marlin.json" "$out/peer_marlin.json" && peers="${peers:+$peers,}$out/peer_marlin.json" && w4a16="${w4a16:+$w4a16,}$out/peer_marlin.json"
+else
+  echo "neither MARLIN_OPS nor vLLM: Marlin is not measured"
+fi
+if [ -n "${HUMMING_SRC:-}" ] || python3 -c 'import humming' 2>/dev/null; then
+  for a in bf16 fp8; do
+    tag=w4a16; [ $a = fp8 ] && tag=w4a8
+    step "peer: Humming $tag (bench/peer_humming.py)"
+    OUT="$peer" PEER_M="$ms" PEER_SHAPE="$shape" PEER_HUMMING_A=$a PEER_BUDGET_S="${PEER_BUDGET_S:-150}" PYTHONUNBUFFERED=1 python3 bench/peer_humming.py > "$peer/humming_$tag.txt" 2>&1
+    tail -16 "$peer/humming_$tag.txt"
+    cp "$peer/peer_humming_$tag.json" "$out/peer_humming_$tag.json" && peers="${peers:+$peers,}$out/peer_humming_$tag.json"
+    [ $tag = w4a16 ] && [ -s "$out/peer_humming_$tag.json" ] && w4a16="${w4a16:+$w4a16,}$out/peer_humming_$tag.json"
+  done
+else
+  echo "neither HUMMING_SRC nor humming: Humming is not measured"
+fi
 if [ "$shape" = kimi ]; then
   step "peer: the Triton MX MoE (bench/peer_moe.py)"
   OUT="$peer" PEER_MS="$ms" PEER_BUDGET_S="${PEER_BUDGET_S:-150}" PYTHONUNBUFFERED=1 python3 bench/peer_moe.py > "$peer/moe.txt" 2>&1
@@ -84,9 +111,9 @@ fi
 step "compare and plot"
 "$km" compare --bench "$out/bench.json" --peers "$peers" --markdown | tee "$out/compare.md"
 "$km" plot --bench "$out/bench.json" --peers "$peers" --out "$out/bench.svg"
-# triton_kernels runs BF16 activations: the bf16 chain is its like.
-if [ -s "$out/bench_bf16.json" ] && [ -s "$out/peer_triton_kernels.json" ]; then
-  "$km" compare --bench "$out/bench_bf16.json" --peers "$out/peer_triton_kernels.json" --markdown | tee "$out/compare_bf16.md"
+# The W4A16 peers run BF16 activations: the bf16 chain is their like.
+if [ -s "$out/bench_bf16.json" ] && [ -n "$w4a16" ]; then
+  "$km" compare --bench "$out/bench_bf16.json" --peers "$w4a16" --markdown | tee "$out/compare_bf16.md"
 fi
 rm -rf "$peer"
 step done
