@@ -125,7 +125,7 @@ func ParseTuning(s string) (Tuning, error) {
 		switch p := tuningKeys[i].field(&t).(type) {
 		case *int:
 			n, err := strconv.Atoi(val)
-			if err != nil || n < -1 || n == 0 {
+			if err != nil || n < -1 || n == 0 || n > tuningMax(key) {
 				return bad()
 			}
 			*p = n
@@ -143,6 +143,19 @@ func ParseTuning(s string) (Tuning, error) {
 		}
 	}
 	return t, t.check()
+}
+
+// tuningMax is the largest value key takes: a percentage for
+// w3-spare-max, the 32 CTAs an SM can hold for act-ctas-sm, and for the
+// token counts a bound past any M, so that no product overflows.
+func tuningMax(key string) int {
+	switch key {
+	case "w3-spare-max":
+		return 100
+	case "act-ctas-sm":
+		return 32
+	}
+	return 1 << 30
 }
 
 // check refuses values no policy could take.

@@ -30,7 +30,8 @@ func TestParseTuning(t *testing.T) {
 		t.Errorf("the empty string: %+v, %v", tu, err)
 	}
 	for _, bad := range []string{"fp4-maxm=1", "fp4-max-m", "fp4-max-m=0", "fp4-max-m=-2", "fp4-max-m=x", "pdl=no",
-		"flush=0", "fp4-tile=40", "act-ctas-sm=-1", "decode-max-m=1,decode-max-m=2"} {
+		"flush=0", "fp4-tile=40", "act-ctas-sm=-1", "decode-max-m=1,decode-max-m=2",
+		"act-ctas-sm=4611686018427387904", "act-ctas-sm=33", "w3-spare-max=101", "w3-spare-max=9223372036854775807", "fp4-max-m=1073741825"} {
 		_, err := ParseTuning(bad)
 		if !errors.Is(err, backend.ErrUnsupported) || !strings.Contains(err.Error(), strings.SplitN(strings.SplitN(bad, ",", 2)[0], "=", 2)[0]) &&
 			!strings.Contains(err.Error(), "tile") {

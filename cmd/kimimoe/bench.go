@@ -124,6 +124,9 @@ func runBench(args []string) error {
 		if len(ms) > 16 || *rounds < 1 || *warmup < 0 {
 			return usagef("--m: at most 16 token counts; --rounds at least 1, --warmup at least 0")
 		}
+		if err := refuseTune(*name, *tune, "with --devices"); err != nil {
+			return err
+		}
 		return runBenchDevices(gf, benchOptions{ms: ms, rounds: *rounds, warmup: *warmup, chain: chain, jsonPath: *jsonPath})
 	}
 	out := os.Stdout // the table; with --json - it goes to stderr

@@ -290,3 +290,13 @@ func TestRound3OutputsNeverDestroyInputs(t *testing.T) {
 	expect(t, 2, "symbolic link", "validate", "--suite", "smoke", "--write-cases", cases)
 	sameBytes(t, victim, data)
 }
+
+// --tune is parsed, and refused rather than dropped, where it cannot apply
+// (R3-5), and its values are bounded (R3-6).
+func TestTuneNeverSilentlyDropped(t *testing.T) {
+	dir := t.TempDir()
+	expect(t, 2, "not applied with --write-cases", "validate", "--suite", "smoke", "--write-cases", dir, "--backend", "cuda", "--tune", "pdl=off")
+	expect(t, 2, "act-ctas-sm", "validate", "--suite", "smoke", "--write-cases", dir, "--backend", "cuda", "--tune", "act-ctas-sm=4611686018427387904")
+	expect(t, 2, "not applied with several devices", "validate", "--suite", "smoke", "--backend", "cuda", "--devices", "2", "--tune", "pdl=off")
+	expect(t, 2, "not applied with --devices", "bench", "--backend", "cuda", "--devices", "2", "--tune", "pdl=off")
+}

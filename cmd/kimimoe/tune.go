@@ -37,3 +37,17 @@ func parseTune(name, tune string) (cuda.Tuning, error) {
 	}
 	return t, nil
 }
+
+// refuseTune parses --tune where it cannot apply (where names the mode):
+// a bad value is still an error, and a policy change is refused rather
+// than silently dropped.
+func refuseTune(name, tune, where string) error {
+	t, err := parseTune(name, tune)
+	if err != nil {
+		return err
+	}
+	if t != (cuda.Tuning{}) {
+		return usagef("--tune %q is not applied %s: drop it, or run one device's layers", tune, where)
+	}
+	return nil
+}

@@ -62,6 +62,9 @@ func runValidate(args []string) error {
 		return usagef("--runs %d: want 1 to 100", *runs)
 	}
 	if *writeCases != "" {
+		if err := refuseTune(*name, *tune, "with --write-cases (the go oracle writes the cases)"); err != nil {
+			return err
+		}
 		if *jsonPath != "" {
 			return usagef("--write-cases writes cases, not a validation report: drop --json")
 		}
@@ -76,7 +79,9 @@ func runValidate(args []string) error {
 	}
 	var b backend.Backend
 	if group {
-		b, err = openGroupBackend(gf)
+		if err = refuseTune(*name, *tune, "with several devices (--devices, RANK and WORLD_SIZE)"); err == nil {
+			b, err = openGroupBackend(gf)
+		}
 	} else {
 		b, _, err = openTuned(*name, *tune)
 	}
