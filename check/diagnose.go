@@ -95,6 +95,13 @@ const refineHypotheses = 4
 // When the candidate is the oracle times one factor, uniform_scale says
 // which.
 func Diagnose(c *validation.Case, r *Report) {
+	if r == nil {
+		return
+	}
+	if c == nil || c.Weights == nil || r.got == nil || len(r.got) != c.Input.M*c.Weights.K {
+		r.DiagnosisNote = "no diagnosis: the report is not Compare's for this case"
+		return
+	}
 	m, k := c.Input.M, c.Weights.K
 	rows := validation.SampleRows(m, r.opts.MaxRows, 1)
 	if len(rows) < m {

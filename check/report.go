@@ -18,6 +18,10 @@ import (
 // or length).
 var ErrCandidate = errors.New("check: bad candidate")
 
+// ErrCase is wrapped by errors about the case itself (absent, without
+// weights).
+var ErrCase = errors.New("check: bad case")
+
 // Default thresholds. MinCosine and MaxNRMSE decide the verdict (the
 // validation matrix's); RTol and ATol only count elements, as
 // torch.testing.assert_close does with its bfloat16 defaults.
@@ -171,6 +175,9 @@ func RoundRef(ref []float64, d safetensors.DType) {
 // Compare runs the oracle on c and compares the candidate output got [M, K]
 // (decoded from a tensor of dtype d: F32, BF16 or F16) with it.
 func Compare(c *validation.Case, got []float32, d safetensors.DType, opts Options) (*Report, error) {
+	if c == nil || c.Weights == nil {
+		return nil, fmt.Errorf("%w: no case (or a case without weights) to compare with", ErrCase)
+	}
 	if d != safetensors.F32 && d != safetensors.BF16 && d != safetensors.F16 {
 		return nil, fmt.Errorf("%w: dtype %s, want F32, BF16 or F16", ErrCandidate, d)
 	}

@@ -1,8 +1,10 @@
 package moe
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"kimimoe/activation"
@@ -104,4 +106,16 @@ func TestMarlinChainRoundsWhereMarlinDoes(t *testing.T) {
 			t.Errorf("bf16 chain gives Marlin's bits: the test cannot tell the chains apart")
 		}
 	}
+}
+
+// An expert outside the layer panics with the call and the range named,
+// not a slice error deep inside (a programmer error, as gonum's are).
+func TestFC1OutOfRangeNamesTheCall(t *testing.T) {
+	w := NewWeights(1, 32, 32, true)
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "Weights.FC1(5)") {
+			t.Errorf("FC1(5) recovered %v", r)
+		}
+	}()
+	w.FC1(5)
 }

@@ -99,6 +99,7 @@ func (w *Weights) Validate() error {
 
 // FC1 returns expert e's W31 as a matrix view [R, K].
 func (w *Weights) FC1(e int) *mxfp.MXFP4Matrix {
+	w.mustExpert("FC1", e)
 	r := w.Rows()
 	p, s := r*w.K/2, r*w.K/32
 	return &mxfp.MXFP4Matrix{Rows: r, Cols: w.K, Packed: w.W31[e*p : (e+1)*p], Scales: w.W31Scale[e*s : (e+1)*s]}
@@ -106,6 +107,18 @@ func (w *Weights) FC1(e int) *mxfp.MXFP4Matrix {
 
 // FC2 returns expert e's W2 as a matrix view [K, N].
 func (w *Weights) FC2(e int) *mxfp.MXFP4Matrix {
+	w.mustExpert("FC2", e)
 	p, s := w.K*w.N/2, w.K*w.N/32
 	return &mxfp.MXFP4Matrix{Rows: w.K, Cols: w.N, Packed: w.W2[e*p : (e+1)*p], Scales: w.W2Scale[e*s : (e+1)*s]}
+}
+
+// mustExpert panics, naming the call, when e is not a local expert or the
+// weights do not hold E experts (a programmer error: Validate first).
+func (w *Weights) mustExpert(call string, e int) {
+	if e < 0 || e >= w.E {
+		panic(fmt.Sprintf("moe: Weights.%s(%d): expert outside [0, %d)", call, e, w.E))
+	}
+	if len(w.W31) < w.E*w.Rows()*w.K/2 || len(w.W2) < w.E*w.K*w.N/2 || len(w.W31Scale) < w.E*w.Rows()*w.K/32 || len(w.W2Scale) < w.E*w.K*w.N/32 {
+		panic(fmt.Sprintf("moe: Weights.%s(%d): the weights hold fewer than E=%d experts (Validate them first)", call, e, w.E))
+	}
 }

@@ -80,6 +80,9 @@ func (l Link) Seconds(bytes float64) float64 { return l.Latency + bytes/l.Bandwi
 // NumExperts/EP experts of 3 N K elements (FC1's [up; gate] and FC2). In
 // float64, like the model's other byte counts, so no shape overflows it.
 func ExpertWeightBytes(m moe.Model, ep int) float64 {
+	if ep < 1 {
+		panic(fmt.Sprintf("plan: ExpertWeightBytes with ep = %d, want at least 1", ep))
+	}
 	per := 3 * float64(m.N) * float64(m.K)
 	return float64(m.NumExperts/ep) * per * (0.5 + 1.0/32)
 }

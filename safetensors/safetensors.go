@@ -344,12 +344,18 @@ func Parse(data []byte) (*File, error) {
 // Write writes tensors, in the order given, and metadata. Each tensor's Data
 // must hold exactly its shape's bytes.
 func Write(w io.Writer, tensors []*Tensor, metadata map[string]string) error {
+	if w == nil {
+		return fmt.Errorf("safetensors: Write to a nil writer")
+	}
 	header := map[string]any{}
 	if len(metadata) > 0 {
 		header["__metadata__"] = metadata
 	}
 	var off int64
-	for _, t := range tensors {
+	for i, t := range tensors {
+		if t == nil {
+			return fmt.Errorf("safetensors: tensor %d of %d is nil", i, len(tensors))
+		}
 		if t.DType.Size() == 0 {
 			return fmt.Errorf("safetensors: tensor %q: unknown dtype %q", t.Name, t.DType)
 		}

@@ -116,3 +116,13 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A nil writer or a nil tensor is an error, not a panic (round 3's R3-15).
+func TestWriteNilIsAnError(t *testing.T) {
+	if err := Write(nil, nil, nil); err == nil {
+		t.Error("Write(nil writer): no error")
+	}
+	if err := Write(&bytes.Buffer{}, []*Tensor{nil}, nil); err == nil {
+		t.Error("Write(nil tensor): no error")
+	}
+}
