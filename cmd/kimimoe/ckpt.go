@@ -93,8 +93,8 @@ func addCkptFlags(fs *flagSet) *ckptFlags {
 	cf := &ckptFlags{
 		fs:         fs,
 		dir:        fs.String("checkpoint", "", "checkpoint directory (model.safetensors or shards with model.safetensors.index.json)"),
-		epSize:     fs.Int("ep-size", 1, "expert-parallel size (with --case: overrides the case's)"),
-		epRank:     fs.Int("ep-rank", 0, "expert-parallel rank (with --case: overrides the case's)"),
+		epSize:     fs.Int("ep-size", 1, "expert-parallel size (for a case file: overrides the case's)"),
+		epRank:     fs.Int("ep-rank", 0, "expert-parallel rank (for a case file: overrides the case's)"),
 		tp:         fs.Int("moe-tp", 1, "with --checkpoint: MoE tensor-parallel size (an N/moe-tp slice of each expert)"),
 		tpRank:     fs.Int("moe-tp-rank", 0, "with --checkpoint: MoE tensor-parallel rank"),
 		inputs:     fs.String("inputs", "", "with --checkpoint: x (F32/BF16/F16) or x_q + x_scale; topk_ids + topk_weights, or router_logits [M, E] (+ correction_bias [E])"),

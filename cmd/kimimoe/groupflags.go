@@ -23,7 +23,7 @@ type groupFlags struct {
 
 func addGroupFlags(fs *flagSet, modes, defaultMode string) *groupFlags {
 	gf := &groupFlags{}
-	fs.IntVar(&gf.devices, "devices", 1, "cuda: spread the layer's experts over this many GPUs (expert parallelism through NCCL; see README \"Several GPUs\")")
+	fs.IntVar(&gf.devices, "devices", 1, "cuda: spread the layer's experts over this many GPUs (expert parallelism through NCCL; see the README's \"On a GPU\")")
 	fs.StringVar(&gf.mode, "mode", defaultMode, "with --devices: how tokens move: "+modes)
 	fs.StringVar(&gf.idFile, "nccl-id-file", "", "one process per GPU: rank 0 writes the NCCL unique id here, the other ranks wait for it (or set NCCL_COMM_ID=host:port on every rank)")
 	fs.DurationVar(&gf.timeout, "nccl-timeout", 2*time.Minute, "with --devices: abort a collective (a dead peer) after this long")

@@ -300,3 +300,25 @@ func TestTuneNeverSilentlyDropped(t *testing.T) {
 	expect(t, 2, "not applied with several devices", "validate", "--suite", "smoke", "--backend", "cuda", "--devices", "2", "--tune", "pdl=off")
 	expect(t, 2, "not applied with --devices", "bench", "--backend", "cuda", "--devices", "2", "--tune", "pdl=off")
 }
+
+// Help and --version say what is true: case has no --case flag, the
+// --devices help names a section the README has, and a build without a
+// commit says how to get one.
+func TestHelpTellsTheTruth(t *testing.T) {
+	_, o1, e1 := runCmd(t, "case", "-h")
+	caseHelp := o1 + e1
+	if strings.Contains(caseHelp, "with --case") {
+		t.Errorf("case -h mentions a --case flag:\n%s", caseHelp)
+	}
+	_, o2, e2 := runCmd(t, "validate", "-h")
+	valHelp := o2 + e2
+	readme, _ := os.ReadFile("../../README.md")
+	if i := strings.Index(valHelp, `README's "`); i < 0 {
+		t.Errorf("validate -h names no README section:\n%s", valHelp)
+	} else if sec := strings.SplitN(valHelp[i+len(`README's "`):], `"`, 2)[0]; !strings.Contains(string(readme), "## "+sec) {
+		t.Errorf("validate -h points at README section %q, which does not exist", sec)
+	}
+	if v := versionString(); strings.Contains(v, "unknown") && !strings.Contains(v, "-buildvcs=true") {
+		t.Errorf("--version: %q says no way to get the commit", v)
+	}
+}

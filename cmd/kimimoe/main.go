@@ -76,6 +76,10 @@ func versionString() string {
 			}
 		}
 	}
+	if commit == "unknown" {
+		// go run and -buildvcs=false record no commit; say how to get one.
+		commit += " (build with go build -buildvcs=true in a git checkout to record it)"
+	}
 	return fmt.Sprintf("kimimoe %s, commit %s%s", version, commit, dirty)
 }
 
