@@ -322,3 +322,22 @@ func TestHelpTellsTheTruth(t *testing.T) {
 		t.Errorf("--version: %q says no way to get the commit", v)
 	}
 }
+
+// plot and compare refuse an unbounded shape label (R3-3), a time no
+// forward takes (R3-20: 1e308 ms drew an axis) and one peer file given
+// twice.
+func TestPlotRefusesRound3Nonsense(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(text), 0o644)
+		return p
+	}
+	long := write("long.json", `{"backend": "cuda", "device": "GPU", "date": "2026-12-02T00:00:00Z", "shape": "`+strings.Repeat("x", 1<<20)+`", "rows": [{"m": 1, "median_ms": 0.05, "floor_ms": 0.02}]}`)
+	expect(t, 2, "a label of", "plot", "--bench", long, "--out", filepath.Join(dir, "p.svg"))
+	huge := write("huge.json", `{"backend": "cuda", "device": "GPU", "date": "2026-12-02T00:00:00Z", "rows": [{"m": 1, "median_ms": 1e308, "floor_ms": 0.02}]}`)
+	expect(t, 2, "positive finite times", "plot", "--bench", huge, "--out", filepath.Join(dir, "p.svg"))
+	bench := write("bench.json", `{"backend": "cuda", "device": "GPU", "date": "2026-12-02T00:00:00Z", "rows": [{"m": 1, "median_ms": 0.05, "floor_ms": 0.02}]}`)
+	peer := write("peer.json", `{"peer": "p", "date": "2026-12-02T00:01:00Z", "device": "GPU", "rows": [{"m": 1, "graph_ms": 0.1}]}`)
+	expect(t, 2, "twice", "compare", "--bench", bench, "--peers", peer+","+peer)
+}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/color"
-	"math"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -106,7 +105,16 @@ func peerPaths(list string) []string { return inputsOf(strings.Split(list, ",").
 // readPeers reads a comma-separated list of peer JSONs.
 func readPeers(list string) ([]*peerDoc, error) {
 	var out []*peerDoc
+	seen := map[string]string{}
 	for _, p := range peerPaths(list) {
+		key := filepath.Clean(p)
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			key = r
+		}
+		if first, ok := seen[key]; ok {
+			return nil, usagef("--peers names %s twice (as %s and %s)", key, first, p)
+		}
+		seen[key] = p
 		d := &peerDoc{}
 		if err := readJSON(p, d); err != nil {
 			return nil, asUsage(err)
@@ -213,6 +221,11 @@ func checkRows(path string, labels []string, ms []int) error {
 	return nil
 }
 
+// maxMS bounds a time in a bench or peer file: an MoE forward of an hour
+// is no measurement, and a time near the largest float64 broke the plot's
+// axis.
+const maxMS = 3.6e6
+
 // check refuses what a log-log plot or a ratio cannot take: no rows, and
 // times that are not positive and finite (checkRows the rest).
 func (d *benchDoc) check(path string) error {
@@ -223,11 +236,11 @@ func (d *benchDoc) check(path string) error {
 	for i, r := range d.Rows {
 		ms[i] = r.M
 	}
-	if err := checkRows(path, []string{d.Backend, d.Device, d.Date, d.Timing}, ms); err != nil {
+	if err := checkRows(path, []string{d.Backend, d.Device, d.Date, d.Timing, d.Shape}, ms); err != nil {
 		return err
 	}
 	for i, r := range d.Rows {
-		if !(r.MedianMS > 0) || !(r.FloorMS > 0) || math.IsInf(r.MedianMS, 0) || math.IsInf(r.FloorMS, 0) {
+		if !(r.MedianMS > 0) || !(r.FloorMS > 0) || !(r.MedianMS <= maxMS) || !(r.FloorMS <= maxMS) {
 			return usagef("%s: row %d (M = %d) has median %v ms and floor %v ms; want positive finite times", path, i, r.M, r.MedianMS, r.FloorMS)
 		}
 	}
@@ -245,7 +258,7 @@ func (d *peerDoc) check(path string) error {
 		return err
 	}
 	for i, r := range d.Rows {
-		if !(r.GraphMS >= 0) || !(r.Graph2 >= 0) || math.IsInf(r.GraphMS, 0) || math.IsInf(r.Graph2, 0) {
+		if !(r.GraphMS >= 0) || !(r.Graph2 >= 0) || !(r.GraphMS <= maxMS) || !(r.Graph2 <= maxMS) {
 			return usagef("%s: row %d (M = %d) has time %v ms", path, i, r.M, d.ms(i))
 		}
 	}
