@@ -73,3 +73,14 @@ func TestAllToAllBytes(t *testing.T) {
 		t.Errorf("50 MB at 50 GB/s plus 10 us: %v s", got)
 	}
 }
+
+// At 10^18 experts the draws are as good as independent: a token reaches
+// (EP-1)(1 - ((EP-1)/EP)^k) other ranks. Lgamma differences lost every
+// digit there and said 0 (round 3's R3-7).
+func TestRemoteRanksManyExperts(t *testing.T) {
+	a := plan.AllToAll{EP: 32, TopK: 16, NumExperts: 32 * 31250000000000000}
+	want := 31 * (1 - math.Pow(31.0/32, 16))
+	if got := a.RemoteRanks(); math.Abs(got-want) > 1e-9*want {
+		t.Errorf("RemoteRanks = %v, want %v", got, want)
+	}
+}

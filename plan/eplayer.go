@@ -45,13 +45,13 @@ func (l EPLayer) ReachProbability() float64 {
 	if k > miss {
 		return 1
 	}
-	lg := func(n, r int) float64 { // log C(n, r)
-		a, _ := math.Lgamma(float64(n + 1))
-		b, _ := math.Lgamma(float64(r + 1))
-		c, _ := math.Lgamma(float64(n - r + 1))
-		return a - b - c
+	// log(C(miss, k) / C(e, k)) as a sum of log1p terms, and 1 - exp as
+	// -expm1: differences of Lgamma lost every digit at 10^18 experts.
+	s, own := 0.0, float64(e-miss)
+	for i := range k {
+		s += math.Log1p(-own / float64(e-i))
 	}
-	return 1 - math.Exp(lg(miss, k)-lg(e, k))
+	return -math.Expm1(s)
 }
 
 // DispatchBytes is what each device sends in dispatch mode, expected under

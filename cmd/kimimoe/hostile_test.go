@@ -341,3 +341,11 @@ func TestPlotRefusesRound3Nonsense(t *testing.T) {
 	peer := write("peer.json", `{"peer": "p", "date": "2026-12-02T00:01:00Z", "device": "GPU", "rows": [{"m": 1, "graph_ms": 0.1}]}`)
 	expect(t, 2, "twice", "compare", "--bench", bench, "--peers", peer+","+peer)
 }
+
+// plan refuses another mode's flags and a NaN (round 3's R3-8).
+func TestPlanRefusesOtherModesFlags(t *testing.T) {
+	expect(t, 2, "--a2a only", "plan", "--latency-us", "5")
+	expect(t, 2, "--ep-layer-devices only", "plan", "--a2a", "--ep-layer-experts", "8")
+	expect(t, 2, "finite", "plan", "--a2a", "--latency-us", "NaN")
+	expect(t, 2, "finite", "plan", "--ep-layer-devices", "2", "--link-gbps", "NaN")
+}

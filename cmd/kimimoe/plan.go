@@ -2,8 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
+	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -38,6 +41,30 @@ func runPlan(args []string) error {
 	fs.IntVar(&custom.layers, "moe-layers", 0, "with --a2a: MoE layers (0: the model's)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	// A flag of another mode would be ignored: refuse it instead.
+	mode := "plan"
+	switch {
+	case *a2a:
+		mode = "--a2a"
+	case *epDevices > 0:
+		mode = "--ep-layer-devices"
+	}
+	only := map[string][]string{
+		"--a2a":              {"decode-tokens", "latency-us", "dispatch", "experts", "topk", "moe-input", "intermediate", "moe-layers", "link-gbps"},
+		"--ep-layer-devices": {"ep-layer-experts", "link-gbps"},
+	}
+	var bad []string
+	fs.Visit(func(f *flag.Flag) {
+		for m, names := range only {
+			if m != mode && slices.Contains(names, f.Name) && !slices.Contains(only[mode], f.Name) {
+				bad = append(bad, fmt.Sprintf("--%s (%s only)", f.Name, m))
+			}
+		}
+	})
+	if bad != nil {
+		slices.Sort(bad)
+		return usagef("%s: not used by this mode (%s)", strings.Join(slices.Compact(bad), ", "), mode)
 	}
 	models := plan.Models()
 	m, ok := models[*model]
@@ -132,8 +159,8 @@ func printEPLayer(m plan.Model, l plan.EPLayer, linkGBps float64) error {
 	if err := l.Validate(); err != nil {
 		return asUsage(err)
 	}
-	if linkGBps < 0 {
-		return usagef("--link-gbps %v: want a bandwidth >= 0", linkGBps)
+	if !(linkGBps >= 0) || math.IsInf(linkGBps, 0) {
+		return usagef("--link-gbps %v: want a finite bandwidth >= 0", linkGBps)
 	}
 	fmt.Printf("%s MoE layer: %d experts over %d GPUs (%d each), top-%d, %d tokens, hidden %d, float32 partial outputs\n",
 		m.Name, l.Experts, l.Devices, l.Experts/l.Devices, l.TopK, l.Tokens, l.Hidden)
@@ -159,8 +186,8 @@ func printAllToAll(m plan.Model, d plan.Deployment, decodeTokens int, dispatch s
 	if el == 0 {
 		return usagef("--dispatch %q: want fp8 or bf16", dispatch)
 	}
-	if linkGBps < 0 || latencyUS < 0 || decodeTokens < 0 {
-		return usagef("--link-gbps, --latency-us and --decode-tokens must not be negative")
+	if !(linkGBps >= 0) || !(latencyUS >= 0) || decodeTokens < 0 || math.IsInf(linkGBps, 0) || math.IsInf(latencyUS, 0) {
+		return usagef("--link-gbps, --latency-us and --decode-tokens must be finite and not negative")
 	}
 	steps := []struct {
 		name   string
