@@ -254,6 +254,9 @@ func checkDir(fs *flagSet, cf *ckptFlags, f *checkFlags) error {
 	if err := checkJSONOutput(*f.jsonPath); err != nil {
 		return err
 	}
+	if err := cf.checkNames(); err != nil {
+		return err
+	}
 	ents, err := os.ReadDir(*f.dir)
 	if err != nil {
 		return usagef("--dir: %v", err)

@@ -148,6 +148,27 @@ func (cf *ckptFlags) checkInts() error {
 // apply sets the spec fields the flags name onto spec (the case's or the
 // checkpoint's) and returns one note per field: where its value came from.
 // source names what the spec came from ("the case", "the checkpoint").
+// checkNames parses --chain, --recipe and --activation alone: a folder's
+// check refuses a misspelt one before any case, as a usage error.
+func (cf *ckptFlags) checkNames() error {
+	if *cf.chain != "" {
+		if _, err := moe.ParseChain(*cf.chain); err != nil {
+			return asUsage(err)
+		}
+	}
+	if *cf.recipe != "" {
+		if _, err := mxfp.ParseRecipe(*cf.recipe); err != nil {
+			return asUsage(err)
+		}
+	}
+	if *cf.activation != "" {
+		if _, err := activation.ParseKind(*cf.activation); err != nil {
+			return asUsage(err)
+		}
+	}
+	return nil
+}
+
 func (cf *ckptFlags) apply(spec *moe.LayerSpec, source string, eLocal int) ([]string, error) {
 	var notes []string
 	if *cf.chain != "" {

@@ -349,3 +349,12 @@ func TestPlanRefusesOtherModesFlags(t *testing.T) {
 	expect(t, 2, "finite", "plan", "--a2a", "--latency-us", "NaN")
 	expect(t, 2, "finite", "plan", "--ep-layer-devices", "2", "--link-gbps", "NaN")
 }
+
+// A misspelt override is a usage error (2) for a folder too, not each
+// case failing (1) (round 3's R3-19).
+func TestCheckDirBadFlagIsUsage(t *testing.T) {
+	dir := t.TempDir()
+	expect(t, 0, "wrote", "validate", "--suite", "smoke", "--write-cases", dir)
+	expect(t, 2, "unknown chain", "check", "--dir", dir, "--chain", "bogus")
+	expect(t, 2, "bogus", "check", "--dir", dir, "--activation", "bogus")
+}
