@@ -372,12 +372,16 @@ func routingAgrees(f *safetensors.File, in *moe.Input, route Router) error {
 	for t := range in.M {
 		a := slices.Clone(in.TopKIDs[t*topk : (t+1)*topk])
 		b := slices.Clone(ids[t*topk : (t+1)*topk])
-		if slices.Contains(a, -1) { // masked slots: compare the unmasked ids only
-			continue
-		}
 		slices.Sort(a)
 		slices.Sort(b)
-		if !slices.Equal(a, b) {
+		agree := slices.Equal(a, b)
+		if slices.Contains(a, -1) { // masked slots: every unmasked id must be one the logits pick
+			agree = true
+			for _, id := range a {
+				agree = agree && (id == -1 || slices.Contains(b, id))
+			}
+		}
+		if !agree {
 			return bad("topk_ids and router_logits disagree from token %d on: topk_ids picks %v, routing the logits picks %v", t, in.TopKIDs[t*topk:(t+1)*topk], ids[t*topk:(t+1)*topk])
 		}
 	}

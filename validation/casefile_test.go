@@ -284,6 +284,16 @@ func TestCaseRoutingMustAgree(t *testing.T) {
 	if !errors.Is(err, ErrCaseFile) || !strings.Contains(err.Error(), "disagree from token 1") {
 		t.Fatalf("disagreeing router_logits: %v", err)
 	}
+	// A masked slot does not hide the other slot's disagreement (every
+	// token with a -1 was skipped).
+	c.Input.TopKIDs[1*2+1] = -1
+	if err := WriteCase(path, c, safetensors.FromFloat32("router_logits", []int{3, 4}, logits)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ReadCase(path)
+	if !errors.Is(err, ErrCaseFile) || !strings.Contains(err.Error(), "disagree from token 1") {
+		t.Fatalf("a masked token's disagreeing slot: %v", err)
+	}
 }
 
 // WriteCase refuses what ReadCase would reject, without panicking (nil and
