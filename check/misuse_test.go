@@ -2,6 +2,7 @@ package check
 
 import (
 	"errors"
+	"math"
 	"testing"
 
 	"kimimoe/moe"
@@ -26,4 +27,15 @@ func TestMisuseIsAnError(t *testing.T) {
 	}
 	Diagnose(nil, nil)
 	Diagnose(nil, r)
+}
+
+// A NaN threshold counted nothing and passed everything (R3-18).
+func TestOptionsMustBeNumbers(t *testing.T) {
+	c := testCase(t, moe.ChainMXFP8, 1, 0, false)
+	cand := candidate(t, c)
+	for _, o := range []Options{{RTol: math.NaN()}, {ATol: math.Inf(1)}, {MaxNRMSE: -1}, {MinCosine: 2}, {MaxRows: -3}} {
+		if _, err := Compare(c, cand, safetensors.F32, o); !errors.Is(err, ErrOptions) {
+			t.Errorf("Compare with %+v: %v", o, err)
+		}
+	}
 }

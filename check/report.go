@@ -55,6 +55,30 @@ func (o Options) progress(format string, a ...any) {
 	}
 }
 
+// ErrOptions is wrapped by errors about Options (a NaN, infinite or
+// negative threshold).
+var ErrOptions = errors.New("check: bad options")
+
+// validate refuses thresholds no comparison can use: a NaN one counts
+// nothing and passes everything.
+func (o Options) validate() error {
+	for _, v := range []struct {
+		name string
+		x    float64
+	}{{"MinCosine", o.MinCosine}, {"MaxNRMSE", o.MaxNRMSE}, {"RTol", o.RTol}, {"ATol", o.ATol}} {
+		if math.IsNaN(v.x) || math.IsInf(v.x, 0) || v.x < 0 && v.name != "MinCosine" {
+			return fmt.Errorf("%w: %s = %v, want a finite value >= 0", ErrOptions, v.name, v.x)
+		}
+	}
+	if o.MinCosine > 1 || o.MinCosine < -1 {
+		return fmt.Errorf("%w: MinCosine = %v, want one in [-1, 1]", ErrOptions, o.MinCosine)
+	}
+	if o.MaxRows < 0 {
+		return fmt.Errorf("%w: MaxRows = %d is negative", ErrOptions, o.MaxRows)
+	}
+	return nil
+}
+
 func (o Options) withDefaults() Options {
 	if o.MinCosine == 0 {
 		o.MinCosine = DefaultMinCosine
@@ -177,6 +201,9 @@ func RoundRef(ref []float64, d safetensors.DType) {
 func Compare(c *validation.Case, got []float32, d safetensors.DType, opts Options) (*Report, error) {
 	if c == nil || c.Weights == nil {
 		return nil, fmt.Errorf("%w: no case (or a case without weights) to compare with", ErrCase)
+	}
+	if err := opts.validate(); err != nil {
+		return nil, err
 	}
 	if d != safetensors.F32 && d != safetensors.BF16 && d != safetensors.F16 {
 		return nil, fmt.Errorf("%w: dtype %s, want F32, BF16 or F16", ErrCandidate, d)

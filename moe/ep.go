@@ -47,12 +47,13 @@ func (ep EP) Validate() error {
 }
 
 // Local maps a global expert id to this rank's local id. It reports false
-// for -1 (a masked slot) and for experts owned by other ranks, without ever
-// using the id as an index (in torch, a -1 index into a mapping table
-// returns its last entry: the SM120 work's warning).
+// for -1 (a masked slot), for experts owned by other ranks and for every
+// id of an invalid EP (a rank outside [0, Size)), without ever using the
+// id as an index (in torch, a -1 index into a mapping table returns its
+// last entry: the SM120 work's warning).
 func (ep EP) Local(global int64, eLocal int) (int, bool) {
 	ep = ep.Normalize()
-	if global < 0 {
+	if global < 0 || ep.Size < 1 || ep.Rank < 0 || ep.Rank >= ep.Size {
 		return 0, false
 	}
 	lo := int64(ep.Rank) * int64(eLocal)

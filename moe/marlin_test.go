@@ -119,3 +119,17 @@ func TestFC1OutOfRangeNamesTheCall(t *testing.T) {
 	}()
 	w.FC1(5)
 }
+
+// An invalid EP owns no expert (it mapped ids before), and a routed
+// scaling factor past float32 is refused (it made +Inf weights).
+func TestInvalidEPAndScaling(t *testing.T) {
+	for _, ep := range []EP{{Size: 2, Rank: 2}, {Size: 2, Rank: -1}, {Size: -3, Rank: 0}} {
+		if _, ok := ep.Local(1, 4); ok {
+			t.Errorf("%+v maps id 1", ep)
+		}
+	}
+	r := Router{NumExperts: 4, TopK: 2, Scoring: ScoringSigmoid, RoutedScalingFactor: 1e300}
+	if err := r.Validate(); err == nil {
+		t.Error("routed_scaling_factor 1e300 accepted")
+	}
+}

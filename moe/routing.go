@@ -46,8 +46,9 @@ func (r *Router) Validate() error {
 		return fmt.Errorf("moe: router: top-k %d exceeds the %d experts of %d groups", r.TopK, r.TopKGroup*(r.NumExperts/r.NumGroups), r.TopKGroup)
 	case r.Scoring != ScoringSigmoid && r.Scoring != ScoringSoftmax:
 		return fmt.Errorf("moe: router: unknown scoring %d", r.Scoring)
-	case math.IsNaN(r.RoutedScalingFactor) || math.IsInf(r.RoutedScalingFactor, 0):
-		return fmt.Errorf("moe: router: routed_scaling_factor %v is not finite", r.RoutedScalingFactor)
+	case !(math.Abs(r.RoutedScalingFactor) <= math.MaxFloat32):
+		// Weights are at most 1 before the factor and float32 after it.
+		return fmt.Errorf("moe: router: routed_scaling_factor %v is not a finite float32 (weights would overflow)", r.RoutedScalingFactor)
 	}
 	for i, b := range r.CorrectionBias {
 		if math.IsNaN(float64(b)) || math.IsInf(float64(b), 0) {
