@@ -49,16 +49,55 @@ def write(path, tensors, metadata=None):
 
 
 def read(path):
-    """Read a safetensors file: ({name: (dtype, shape, raw bytes)}, metadata)."""
+    """Read a safetensors file: ({name: (dtype, shape, raw bytes)}, metadata).
+
+    The file is checked as strictly as kimimoe's Go reader checks it: a
+    header inside the file, known dtypes, non-negative shapes, offsets in
+    order with no gap or overlap, each tensor's bytes its shape's size, and
+    no trailing bytes. A bad file raises ValueError naming what is wrong."""
     with open(path, "rb") as f:
         data = f.read()
+    if len(data) < 8:
+        raise ValueError("%s: %d bytes, shorter than the 8-byte header length" % (path, len(data)))
     (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
+    if n < 2 or 8 + n > len(data):
+        raise ValueError("%s: header length %d does not fit the file's %d bytes" % (path, n, len(data)))
+    try:
+        header = json.loads(data[8:8 + n])
+    except ValueError as e:
+        raise ValueError("%s: the header is not JSON: %s" % (path, e)) from e
+    if not isinstance(header, dict):
+        raise ValueError("%s: the header is not a JSON object" % path)
     md = header.pop("__metadata__", {})
-    out = {}
+    if not isinstance(md, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in md.items()):
+        raise ValueError("%s: __metadata__ is not a map of strings" % path)
+    body = len(data) - 8 - n
+    spans, out = [], {}
     for name, e in header.items():
-        a, b = e["data_offsets"]
-        out[name] = (e["dtype"], tuple(e["shape"]), data[8 + n + a:8 + n + b])
+        try:
+            dtype, shape, (a, b) = e["dtype"], e["shape"], e["data_offsets"]
+        except (TypeError, KeyError, ValueError) as ex:
+            raise ValueError("%s: tensor %r: entry %r lacks dtype, shape or two data_offsets" % (path, name, e)) from ex
+        if dtype not in DTYPE_SIZE:
+            raise ValueError("%s: tensor %r: unknown dtype %r" % (path, name, dtype))
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            raise ValueError("%s: tensor %r: shape %r is not a list of non-negative integers" % (path, name, shape))
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in (a, b)) or not 0 <= a <= b <= body:
+            raise ValueError("%s: tensor %r: data_offsets [%r, %r] outside the %d data bytes" % (path, name, a, b, body))
+        size = DTYPE_SIZE[dtype]
+        for d in shape:
+            size *= d
+        if b - a != size:
+            raise ValueError("%s: tensor %r: %d bytes for %s %s (want %d)" % (path, name, b - a, dtype, shape, size))
+        spans.append((a, b, name))
+        out[name] = (dtype, tuple(shape), data[8 + n + a:8 + n + b])
+    end = 0
+    for a, b, name in sorted(spans):
+        if a != end:
+            raise ValueError("%s: tensor %r starts at %d, not at %d (a gap or an overlap)" % (path, name, a, end))
+        end = b
+    if end != body:
+        raise ValueError("%s: %d bytes after the last tensor" % (path, body - end))
     return out, md
 
 

@@ -93,3 +93,34 @@ class TimeoutTest(unittest.TestCase):
             with self.assertRaises(kimimoe.CheckError) as cm:
                 kimimoe.assert_moe_close(GOLDEN, GOLDEN, kimimoe=km)
             self.assertIn("bad", str(cm.exception))
+
+
+class StrictReadTest(unittest.TestCase):
+    """read refuses what the Go reader refuses (round 3's R3-10): negative
+    offsets, bad shapes, a header length past the file."""
+
+    def raw(self, d, header, body=b""):
+        import json as _json
+        h = _json.dumps(header).encode()
+        p = os.path.join(d, "t.safetensors")
+        with open(p, "wb") as f:
+            f.write(struct.pack("<Q", len(h)) + h + body)
+        return p
+
+    def test_bad_files(self):
+        with tempfile.TemporaryDirectory() as d:
+            for header, body in [
+                ({"a": {"dtype": "U8", "shape": [2], "data_offsets": [-2, 0]}}, b"xx"),
+                ({"a": {"dtype": "U8", "shape": [-2], "data_offsets": [0, 2]}}, b"xx"),
+                ({"a": {"dtype": "U8", "shape": [3], "data_offsets": [0, 2]}}, b"xx"),
+                ({"a": {"dtype": "Q9", "shape": [2], "data_offsets": [0, 2]}}, b"xx"),
+                ({"a": {"dtype": "U8", "shape": [1], "data_offsets": [1, 2]}}, b"xx"),
+                ({"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}, b"xx"),
+            ]:
+                with self.assertRaises(ValueError, msg=repr(header)):
+                    _safetensors.read(self.raw(d, header, body))
+            p = os.path.join(d, "long.safetensors")
+            with open(p, "wb") as f:
+                f.write(struct.pack("<Q", 1 << 40) + b"{}")
+            with self.assertRaises(ValueError):
+                _safetensors.read(p)
