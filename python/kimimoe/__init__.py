@@ -6,7 +6,8 @@
                       activation="situ", fc1_layout="gate_up", chain="flashinfer")
     kimimoe.assert_moe_close(out, "case.safetensors")
 
-assert_moe_close writes the candidate, runs `kimimoe check` (the command
+assert_moe_close takes a torch tensor, a numpy array or a file; it writes
+the candidate, runs `kimimoe check` (the command
 from kimimoe=PATH, $KIMIMOE or PATH) and raises AssertionError carrying the
 report and the diagnosis when the output is wrong; it returns the JSON
 report when it is right. CheckError means the check could not be made (a
@@ -33,14 +34,18 @@ dump_case's arguments (torch tensors on any device; copied to the CPU):
   activation parameters (situ_beta, situ_linear_beta, swiglu_alpha,
   swiglu_beta, swiglu_limit), written to the file's metadata.
 
+reference(case) returns the oracle's output as a torch tensor or a numpy
+array, for your own comparison.
+
 The case format and its rules are kimimoe's docs/CONTRACT.md. Only the
 torch functions need torch; the rest is the standard library.
 """
 import os
 
+from . import _numpy, _safetensors
 from ._check import DEFAULT_TIMEOUT_S, CheckError, assert_close_file, find_kimimoe, run_check, with_candidate_file
 
-__all__ = ["dump_case", "assert_moe_close", "run_check", "CheckError", "find_kimimoe"]
+__all__ = ["dump_case", "assert_moe_close", "reference", "run_check", "CheckError", "find_kimimoe"]
 
 
 def dump_case(path, **kw):
@@ -62,5 +67,46 @@ def assert_moe_close(out, case_path, *, kimimoe=None, tensor="out", args=(), tim
     kw = dict(kimimoe=kimimoe, tensor=tensor, args=args, timeout=timeout)
     if isinstance(out, (str, bytes, os.PathLike)):
         return assert_close_file(out, case_path, **kw)
-    from ._torch import write_candidate
+    if _numpy.is_array(out):
+        write_candidate = _numpy.write_candidate
+    else:
+        from ._torch import write_candidate
     return with_candidate_file(lambda p: write_candidate(p, out, tensor), lambda p: assert_close_file(p, case_path, **kw))
+
+
+def reference(case_path, *, kimimoe=None, framework="auto", timeout=DEFAULT_TIMEOUT_S):
+    """The oracle's output [M, K] for a case file, in float32, for your own
+    comparison (torch.testing.assert_close, numpy.testing): `kimimoe run
+    --backend go` on the case. framework "torch" gives a torch tensor,
+    "numpy" a numpy array, "auto" a torch tensor where torch imports, else
+    a numpy array. CheckError if the run fails or passes timeout seconds."""
+    import shutil
+    import subprocess
+    import tempfile
+    if framework not in ("auto", "torch", "numpy"):
+        raise ValueError("framework must be auto, torch or numpy, not %r" % (framework,))
+    d = tempfile.mkdtemp(prefix="kimimoe-")
+    try:
+        out = os.path.join(d, "ref.safetensors")
+        cmd = [find_kimimoe(kimimoe), "run", "--backend", "go", "--case", os.fsdecode(case_path), "--out", out]
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            raise CheckError("kimimoe run did not finish in %g s (timeout=...)" % timeout) from e
+        except OSError as e:
+            raise CheckError("running %s: %s" % (cmd[0], e)) from e
+        if p.returncode != 0:
+            raise CheckError("kimimoe run exited %d: %s" % (p.returncode, p.stderr.strip()))
+        ts, _ = _safetensors.read(out)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    _, shape, raw = ts["out"]  # run writes F32 by default
+    if framework != "numpy":
+        try:
+            import torch
+            return torch.frombuffer(bytearray(raw), dtype=torch.float32).reshape(shape)
+        except ImportError:
+            if framework == "torch":
+                raise
+    import numpy as np
+    return np.frombuffer(raw, dtype="<f4").reshape(shape).astype(np.float32)

@@ -124,3 +124,26 @@ class StrictReadTest(unittest.TestCase):
                 f.write(struct.pack("<Q", 1 << 40) + b"{}")
             with self.assertRaises(ValueError):
                 _safetensors.read(p)
+
+
+@unittest.skipUnless(os.environ.get("KIMIMOE") or __import__("shutil").which("kimimoe"), "no kimimoe command")
+class NumpyTest(unittest.TestCase):
+    """numpy arrays are candidates, and reference gives the oracle's output
+    as an array (skipped where numpy is absent)."""
+
+    def setUp(self):
+        try:
+            import numpy
+        except ImportError:
+            self.skipTest("no numpy")
+        self.np = numpy
+
+    def test_reference_and_an_array_candidate(self):
+        ref = kimimoe.reference(GOLDEN, framework="numpy")
+        ts, _ = _safetensors.read(GOLDEN)
+        _, shape, raw = ts["out"]
+        self.assertEqual(ref.shape, tuple(shape))
+        self.assertEqual(ref.tobytes(), raw)
+        self.assertTrue(kimimoe.assert_moe_close(ref, GOLDEN)["pass"])
+        with self.assertRaises(AssertionError):
+            kimimoe.assert_moe_close(ref * 1.05, GOLDEN)
