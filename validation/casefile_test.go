@@ -327,3 +327,25 @@ func TestWriteCaseRefusesInvalid(t *testing.T) {
 		t.Errorf("SampleRows(-3, 5, 1) = %v", rows)
 	}
 }
+
+// Absurd sizes are errors before any allocation (round 3's R3-16, R3-17:
+// M = 2^40 and ep_size 2^31-1 died out of memory; a huge K overflowed to
+// empty weights with a nil error).
+func TestGenerateRefusesAbsurdSizes(t *testing.T) {
+	base := CaseSpec{Name: "big", M: 2, K: 64, N: 32, ELocal: 4, TopK: 2, Activation: activation.Situ, Chain: moe.ChainMXFP8, Recipe: mxfp.RecipeRCeil, Seed: 1, WeightSeed: 2}
+	for _, edit := range []func(s *CaseSpec){
+		func(s *CaseSpec) { s.M = 1 << 40 },
+		func(s *CaseSpec) { s.EP = moe.EP{Size: 1<<31 - 1, Rank: 0}; s.ELocal = 1 },
+		func(s *CaseSpec) { s.K = 1 << 40 },
+		func(s *CaseSpec) { s.N, s.K, s.ELocal = 1<<20, 1<<20, 64 },
+	} {
+		s := base
+		edit(&s)
+		if _, err := GenerateWeights(&s); err == nil {
+			t.Errorf("GenerateWeights(%+v): no error", s)
+		}
+		if _, err := GenerateCase(&s, nil); err == nil {
+			t.Errorf("GenerateCase(%+v): no error", s)
+		}
+	}
+}

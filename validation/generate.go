@@ -96,8 +96,27 @@ func (s *CaseSpec) Validate() error {
 	if s.M > 0 && (s.M > math.MaxInt/s.K/4 || s.M > math.MaxInt/s.TopK) {
 		return bad("M", "= %d overflows the case's sizes", s.M)
 	}
+	// Bounds far past any real layer, so that a mistyped size is an error
+	// before an allocation instead of an out-of-memory death (or an
+	// overflowed size and empty weights).
+	switch {
+	case s.M > MaxCaseTokens:
+		return bad("M", "= %d, at most %d tokens", s.M, MaxCaseTokens)
+	case global > MaxCaseExperts:
+		return fmt.Errorf("validation: case %q: %d global experts, at most %d", s.Name, global, MaxCaseExperts)
+	case float64(s.ELocal)*3*float64(s.N)*float64(s.K)*(0.5+1.0/32) > MaxCaseWeightBytes:
+		return fmt.Errorf("validation: case %q: %d experts of K = %d, N = %d hold more than %d bytes of weights", s.Name, s.ELocal, s.K, s.N, int64(MaxCaseWeightBytes))
+	}
 	return nil
 }
+
+// Bounds of a generated case: 16M tokens, 2^20 global experts, 64 GiB of
+// weights.
+const (
+	MaxCaseTokens      = 1 << 24
+	MaxCaseExperts     = 1 << 20
+	MaxCaseWeightBytes = float64(1 << 36)
+)
 
 // GenerateWeights makes random MXFP4 weights for spec: uniform random E2M1
 // codes; E8M0 scales spread over three binades around a level chosen so that
