@@ -122,24 +122,27 @@ func Diagnose(c *validation.Case, r *Report) {
 		return
 	}
 	screen := worstRows(r.got, ref, rows, k, screenRows)
+	// Variants copy the weights they change: each hypothesis's are built
+	// when it is measured and dropped after, and built again for the
+	// refinement, so at most one hypothesis's copies are alive at a time.
 	type pending struct {
-		res  Hypothesis
-		vs   []variant
-		best int
+		res   Hypothesis
+		build func(c *validation.Case) ([]variant, string)
+		best  int
 	}
 	var ps []pending
 	for _, h := range hypotheses {
-		vs, skip := h.build(c)
-		ps = append(ps, pending{res: Hypothesis{Name: h.name, What: h.doc, Skipped: skip}, vs: vs})
+		ps = append(ps, pending{res: Hypothesis{Name: h.name, What: h.doc}, build: h.build})
 	}
 	if s, ok := scaleFit(r.got, ref, rows, k); ok {
 		ps = append(ps, pending{res: Hypothesis{Name: "uniform_scale", What: "the output a constant times the oracle's"},
-			vs: []variant{uniformScale(c, s)}})
+			build: func(c *validation.Case) ([]variant, string) { return []variant{uniformScale(c, s)}, "" }})
 	}
 	for i := range ps {
-		if ps[i].res.Skipped == "" {
+		vs, skip := ps[i].build(c)
+		if ps[i].res.Skipped = skip; skip == "" {
 			r.opts.progress("diagnosis: hypothesis %d/%d %s on %d rows", i+1, len(ps), ps[i].res.Name, len(screen))
-			ps[i].res, ps[i].best = ev.measure(ps[i].res, ps[i].vs, screen)
+			ps[i].res, ps[i].best = ev.measure(ps[i].res, vs, screen)
 		}
 	}
 	if len(screen) < len(rows) {
@@ -151,7 +154,8 @@ func Diagnose(c *validation.Case, r *Report) {
 		for _, i := range order[:min(refineHypotheses, len(order))] {
 			if p := &ps[i]; p.res.Skipped == "" && !math.IsNaN(float64(p.res.NRMSE)) {
 				r.opts.progress("diagnosis: %s on all %d sampled rows", p.res.Name, len(rows))
-				p.res, _ = ev.measure(p.res, p.vs[p.best:p.best+1], rows)
+				vs, _ := p.build(c)
+				p.res, _ = ev.measure(p.res, vs[p.best:p.best+1], rows)
 			}
 		}
 		r.DiagnosisNote = strings.TrimPrefix(r.DiagnosisNote+fmt.Sprintf(
