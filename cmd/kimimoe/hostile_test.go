@@ -358,3 +358,19 @@ func TestCheckDirBadFlagIsUsage(t *testing.T) {
 	expect(t, 2, "unknown chain", "check", "--dir", dir, "--chain", "bogus")
 	expect(t, 2, "bogus", "check", "--dir", dir, "--activation", "bogus")
 }
+
+// The plot's title names the chain, on two lines short enough to fit.
+func TestPlotTitleNamesTheChain(t *testing.T) {
+	dir := t.TempDir()
+	bench := filepath.Join(dir, "b.json")
+	os.WriteFile(bench, []byte(`{"backend": "cuda", "device": "NVIDIA H200, sm_90a, 132 SMs", "date": "2026-12-04T00:00:00Z", "shape": "GPT-OSS-120B (whole layer)", "chain": "bf16",
+		"rows": [{"m": 1, "median_ms": 0.05, "floor_ms": 0.02}, {"m": 8192, "median_ms": 3.9, "floor_ms": 1.2}]}`), 0o644)
+	out := filepath.Join(dir, "p.svg")
+	expect(t, 0, "", "plot", "--bench", bench, "--out", out)
+	svg, _ := os.ReadFile(out)
+	for _, want := range []string{"bf16 chain", "GPT-OSS-120B (whole layer)"} {
+		if !strings.Contains(string(svg), want) {
+			t.Errorf("the plot's title lacks %q", want)
+		}
+	}
+}

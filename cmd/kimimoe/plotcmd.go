@@ -27,6 +27,7 @@ type benchDoc struct {
 	N       int        `json:"n,omitempty"`
 	Timing  string     `json:"timing,omitempty"` // how bench timed (absent in files written before the field: docs/PERF.md says)
 	Shape   string     `json:"shape,omitempty"`  // the benched layer (absent before bench --shape: Kimi EP32 rank 7)
+	Chain   string     `json:"chain,omitempty"`
 	Rows    []benchRow `json:"rows"`
 }
 
@@ -236,7 +237,7 @@ func (d *benchDoc) check(path string) error {
 	for i, r := range d.Rows {
 		ms[i] = r.M
 	}
-	if err := checkRows(path, []string{d.Backend, d.Device, d.Date, d.Timing, d.Shape}, ms); err != nil {
+	if err := checkRows(path, []string{d.Backend, d.Device, d.Date, d.Timing, d.Shape, d.Chain}, ms); err != nil {
 		return err
 	}
 	for i, r := range d.Rows {
@@ -278,7 +279,12 @@ func drawPlot(format string, doc *benchDoc, peers []*peerDoc) ([]byte, error) {
 	if shape == "" {
 		shape = "Kimi EP32 rank 7"
 	}
-	p.Title.Text = fmt.Sprintf("kimimoe %s, %s, on %s, %.10s", doc.Backend, shape, doc.Device, doc.Date)
+	chain := ""
+	if doc.Chain != "" {
+		chain = ", " + doc.Chain + " chain"
+	}
+	// Two short lines: one long line was clipped at both sides.
+	p.Title.Text = fmt.Sprintf("kimimoe %s, %s%s\n%s, %.10s", doc.Backend, shape, chain, doc.Device, doc.Date)
 	p.X.Label.Text = "tokens M"
 	p.Y.Label.Text = "ms per forward (CUDA graph)"
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
@@ -323,11 +329,13 @@ func drawPlot(format string, doc *benchDoc, peers []*peerDoc) ([]byte, error) {
 			}
 		}
 	}
-	// One M (or one time) would give a log axis of zero width.
+	// One M (or one time) would give a log axis of zero width; a margin
+	// keeps the first and last markers whole.
 	for _, ax := range []*plot.Axis{&p.X, &p.Y} {
 		if ax.Min == ax.Max {
 			ax.Min, ax.Max = ax.Min/2, ax.Max*2
 		}
+		ax.Min, ax.Max = ax.Min/1.25, ax.Max*1.25
 	}
 	w, err := p.WriterTo(16*vg.Centimeter, 11*vg.Centimeter, format)
 	if err != nil {
