@@ -19,11 +19,22 @@ class CheckError(RuntimeError):
     could not be run at all."""
 
 
+def _carried():
+    """The command a wheel carries (python/make_wheel.py), or None."""
+    for name in ("kimimoe", "kimimoe.exe"):
+        p = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", name)
+        if os.path.isfile(p) and os.access(p, os.X_OK):
+            return p
+    return None
+
+
 def find_kimimoe(kimimoe=None):
-    """The kimimoe command: the argument, $KIMIMOE, or `kimimoe` on PATH."""
-    exe = kimimoe or os.environ.get("KIMIMOE") or shutil.which("kimimoe")
+    """The kimimoe command: the argument, $KIMIMOE, `kimimoe` on PATH, or
+    the one an installed wheel carries."""
+    exe = kimimoe or os.environ.get("KIMIMOE") or shutil.which("kimimoe") or _carried()
     if not exe:
-        raise CheckError("kimimoe not found: pass kimimoe=PATH, set $KIMIMOE, or put it on PATH (go install ./cmd/kimimoe)")
+        raise CheckError("kimimoe not found: pass kimimoe=PATH, set $KIMIMOE, put it on PATH (go install ./cmd/kimimoe), "
+                         "or install the wheel python/make_wheel.py builds")
     return exe
 
 
