@@ -168,17 +168,8 @@ def main():
     if a8:
         rec.doc["workload"]["activations"] = ("x and the intermediate quantized per token to E4M3 (humming_quant_input), "
                                               "BF16 rows per slot, BF16 output")
-    t = time.time()
-    w = peerlib.make_weights(torch, wl, "cuda")
-    moe = HummingMoE(torch, wl, w, humming, a8, rec)
-    torch.cuda.synchronize()
-    rec.doc["software"]["moe_align_block_size"] = moe.align.kind
-    rec.doc["block_size_m_rule"] = "Humming's prepare_default_kernel_configs: the config's block_m for M's range"
-    rec.log("device", rec.doc["device"], "| layers prepared in %.1fs" % (time.time() - t))
-    rec.write()
-    peerlib.sweep(torch, rec, peerlib.Timer(torch), moe, wl, w, peerlib.env_list("PEER_M", peerlib.M_DEFAULT),
-                  float(os.environ.get("PEER_BUDGET_S", "400")))
-    rec.write()
+    peerlib.prepare_and_sweep(torch, rec, wl, lambda w: HummingMoE(torch, wl, w, humming, a8, rec),
+                              "Humming's prepare_default_kernel_configs: the config's block_m for M's range", 400)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ folder for peer_marlin.json).
 """
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peerlib  # noqa: E402
@@ -158,18 +157,9 @@ def main():
         return
     rec.device(torch)
     load_ops(torch, rec)
-    t = time.time()
-    w = peerlib.make_weights(torch, wl, "cuda")
-    moe = MarlinMoE(torch, wl, w)
-    torch.cuda.synchronize()
-    rec.doc["software"]["moe_align_block_size"] = moe.align.kind
-    rec.doc["block_size_m_rule"] = ("PEER_BLOCK_M=%s" % os.environ["PEER_BLOCK_M"]) if os.environ.get("PEER_BLOCK_M") \
+    rule = ("PEER_BLOCK_M=%s" % os.environ["PEER_BLOCK_M"]) if os.environ.get("PEER_BLOCK_M") \
         else "fused_marlin_moe: the first of 8, 16, 32, 48, 64 with M*topk/E/block < 0.9, else 64"
-    rec.log("device", rec.doc["device"], "| weights prepared in %.1fs | align: %s" % (time.time() - t, moe.align.kind))
-    rec.write()
-    peerlib.sweep(torch, rec, peerlib.Timer(torch), moe, wl, w, peerlib.env_list("PEER_M", peerlib.M_DEFAULT),
-                  float(os.environ.get("PEER_BUDGET_S", "240")))
-    rec.write()
+    peerlib.prepare_and_sweep(torch, rec, wl, lambda w: MarlinMoE(torch, wl, w), rule, 240)
 
 
 if __name__ == "__main__":

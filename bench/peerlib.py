@@ -328,3 +328,20 @@ def sweep(torch, rec, timer, moe, wl, w, ms, budget_s, check_m=(1, 8, 32, 256, 2
             rec.log("M=%d FAILED: %s" % (m, row["error"]))
             torch.cuda.synchronize()
         rec.write()
+
+
+def prepare_and_sweep(torch, rec, wl, make_moe, block_rule, budget_default):
+    """A peer script's work after loading the peer: the weights, the
+    peer's layer (make_moe(weights)), then the sweep over PEER_M within
+    PEER_BUDGET_S (default budget_default seconds)."""
+    t = time.time()
+    w = make_weights(torch, wl, "cuda")
+    moe = make_moe(w)
+    torch.cuda.synchronize()
+    rec.doc["software"]["moe_align_block_size"] = moe.align.kind
+    rec.doc["block_size_m_rule"] = block_rule
+    rec.log("device", rec.doc["device"], "| layer prepared in %.1fs | align: %s" % (time.time() - t, moe.align.kind))
+    rec.write()
+    sweep(torch, rec, Timer(torch), moe, wl, w, env_list("PEER_M", M_DEFAULT),
+          float(os.environ.get("PEER_BUDGET_S", str(budget_default))))
+    rec.write()

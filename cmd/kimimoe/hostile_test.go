@@ -110,11 +110,7 @@ func TestOutputsNeverDestroyInputs(t *testing.T) {
 // peer row) and sizes no bench writes (B25).
 func TestPlotAndCompareRefuseNonsense(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, text string) string {
-		p := filepath.Join(dir, name)
-		os.WriteFile(p, []byte(text), 0o644)
-		return p
-	}
+	write := func(name, text string) string { return writeFile(t, dir, name, text) }
 	out := filepath.Join(dir, "p.svg")
 	peers := write("peers.json", `{"date_utc": "2026-12-02T00:01:00Z", "device": "GPU", "rows": [{"M": 1, "triton_graph_ms": 0.2}]}`)
 	for _, c := range []struct{ json, want string }{
@@ -328,11 +324,7 @@ func TestHelpTellsTheTruth(t *testing.T) {
 // twice.
 func TestPlotRefusesRound3Nonsense(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, text string) string {
-		p := filepath.Join(dir, name)
-		os.WriteFile(p, []byte(text), 0o644)
-		return p
-	}
+	write := func(name, text string) string { return writeFile(t, dir, name, text) }
 	long := write("long.json", `{"backend": "cuda", "device": "GPU", "date": "2026-12-02T00:00:00Z", "shape": "`+strings.Repeat("x", 1<<20)+`", "rows": [{"m": 1, "median_ms": 0.05, "floor_ms": 0.02}]}`)
 	expect(t, 2, "a label of", "plot", "--bench", long, "--out", filepath.Join(dir, "p.svg"))
 	huge := write("huge.json", `{"backend": "cuda", "device": "GPU", "date": "2026-12-02T00:00:00Z", "rows": [{"m": 1, "median_ms": 1e308, "floor_ms": 0.02}]}`)
@@ -373,4 +365,14 @@ func TestPlotTitleNamesTheChain(t *testing.T) {
 			t.Errorf("the plot's title lacks %q", want)
 		}
 	}
+}
+
+// writeFile writes text to dir/name and returns the path.
+func writeFile(t *testing.T, dir, name, text string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

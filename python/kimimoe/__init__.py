@@ -43,7 +43,7 @@ torch functions need torch; the rest is the standard library.
 import os
 
 from . import _numpy, _safetensors
-from ._check import DEFAULT_TIMEOUT_S, CheckError, assert_close_file, find_kimimoe, run_check, with_candidate_file
+from ._check import DEFAULT_TIMEOUT_S, CheckError, assert_close_file, find_kimimoe, run_check, run_command, with_candidate_file
 
 __all__ = ["dump_case", "assert_moe_close", "reference", "run_check", "CheckError", "find_kimimoe"]
 
@@ -81,22 +81,13 @@ def reference(case_path, *, kimimoe=None, framework="auto", timeout=DEFAULT_TIME
     "numpy" a numpy array, "auto" a torch tensor where torch imports, else
     a numpy array. CheckError if the run fails or passes timeout seconds."""
     import shutil
-    import subprocess
     import tempfile
     if framework not in ("auto", "torch", "numpy"):
         raise ValueError("framework must be auto, torch or numpy, not %r" % (framework,))
     d = tempfile.mkdtemp(prefix="kimimoe-")
     try:
         out = os.path.join(d, "ref.safetensors")
-        cmd = [find_kimimoe(kimimoe), "run", "--backend", "go", "--case", os.fsdecode(case_path), "--out", out]
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
-        except subprocess.TimeoutExpired as e:
-            raise CheckError("kimimoe run did not finish in %g s (timeout=...)" % timeout) from e
-        except OSError as e:
-            raise CheckError("running %s: %s" % (cmd[0], e)) from e
-        if p.returncode != 0:
-            raise CheckError("kimimoe run exited %d: %s" % (p.returncode, p.stderr.strip()))
+        run_command([find_kimimoe(kimimoe), "run", "--backend", "go", "--case", os.fsdecode(case_path), "--out", out], timeout)
         ts, _ = _safetensors.read(out)
     finally:
         shutil.rmtree(d, ignore_errors=True)

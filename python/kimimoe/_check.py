@@ -38,6 +38,20 @@ def find_kimimoe(kimimoe=None):
     return exe
 
 
+def run_command(cmd, timeout, ok=(0,)):
+    """Run a kimimoe command (cmd[1] names it); CheckError for an exit
+    status not in ok, a run past timeout seconds, or one that cannot start."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise CheckError("kimimoe %s did not finish in %g s (timeout=...)" % (cmd[1], timeout)) from e
+    except OSError as e:
+        raise CheckError("running %s: %s" % (cmd[0], e)) from e
+    if p.returncode not in ok:
+        raise CheckError("kimimoe %s exited %d: %s" % (cmd[1], p.returncode, p.stderr.strip()))
+    return p
+
+
 def run_check(case_path, candidate_path, *, kimimoe=None, tensor="out", args=(), timeout=DEFAULT_TIMEOUT_S):
     """Run `kimimoe check --case CASE --candidate CAND --json -`.
 
@@ -46,14 +60,7 @@ def run_check(case_path, candidate_path, *, kimimoe=None, tensor="out", args=(),
     seconds (None: no limit) or any other failure to run."""
     cmd = [find_kimimoe(kimimoe), "check", "--case", os.fsdecode(case_path), "--candidate", os.fsdecode(candidate_path),
            "--tensor", tensor, "--json", "-"] + list(args)
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        raise CheckError("kimimoe check did not finish in %g s (timeout=...)" % timeout) from e
-    except OSError as e:
-        raise CheckError("running %s: %s" % (cmd[0], e)) from e
-    if p.returncode not in (0, 1):
-        raise CheckError("kimimoe check exited %d: %s" % (p.returncode, p.stderr.strip()))
+    p = run_command(cmd, timeout, ok=(0, 1))
     try:
         report = json.loads(p.stdout)
     except ValueError as e:
@@ -80,4 +87,4 @@ def with_candidate_file(write, fn):
         shutil.rmtree(d, ignore_errors=True)
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "CheckError", "find_kimimoe", "run_check", "assert_close_file", "with_candidate_file", "_safetensors"]
+__all__ = ["DEFAULT_TIMEOUT_S", "CheckError", "find_kimimoe", "run_command", "run_check", "assert_close_file", "with_candidate_file", "_safetensors"]
