@@ -29,8 +29,8 @@ dump_case's arguments (torch tensors on any device; copied to the CPU):
   w31_bias [E, 2N], w2_bias [E, K]   optional, rows in fc1_layout's order
   router_logits [M, E_global], correction_bias [E_global]   optional: kept
                 for the diagnosis (and checked against topk_ids)
-  activation, chain ("mxfp8"; "flashinfer"; "bf16" for W4A16 kernels such
-  as triton_kernels' matmul_ogs and Marlin), recipe ("rceil"), ep_size, ep_rank, and the
+  activation, chain ("mxfp8"; "flashinfer"; "bf16" for triton_kernels'
+  matmul_ogs, "marlin" for Marlin's unfused W4A16 flow), recipe ("rceil"), ep_size, ep_rank, and the
   activation parameters (situ_beta, situ_linear_beta, swiglu_alpha,
   swiglu_beta, swiglu_limit), written to the file's metadata.
 
