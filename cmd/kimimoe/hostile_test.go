@@ -376,3 +376,14 @@ func writeFile(t *testing.T, dir, name, text string) string {
 	}
 	return p
 }
+
+// validate bounds its memory and says how much --write-cases will write
+// (round 3's R3-13).
+func TestValidateMemoryAndDiskEstimates(t *testing.T) {
+	expect(t, 2, "--max-memory-gib limit", "validate", "--suite", "gpt-oss", "--max-memory-gib", "1")
+	expect(t, 2, "want a positive number", "validate", "--suite", "smoke", "--max-memory-gib", "NaN")
+	_, out, _ := runCmd(t, "validate", "--suite", "smoke", "--write-cases", t.TempDir())
+	if !strings.Contains(out, "writing 25 cases of --suite smoke") || !strings.Contains(out, "MiB") {
+		t.Errorf("--write-cases gave no estimate: %.300q", out)
+	}
+}

@@ -30,8 +30,12 @@ func runValidate(args []string) error {
 	runs := fs.Int("runs", 3, "forward runs per case (bitwise determinism check)")
 	writeCases := fs.String("write-cases", "", "instead of validating: write each case of the suite as DIR/NAME.safetensors with its oracle output DIR/NAME.out.safetensors (what check --dir reads)")
 	gf := addGroupFlags(fs, "replicated, dispatch", "replicated")
+	maxMem := fs.Float64("max-memory-gib", 16, "refuse a suite whose largest case is estimated to need more memory than this")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if !(*maxMem > 0) {
+		return usagef("--max-memory-gib %v: want a positive number", *maxMem)
 	}
 	group, err := gf.check(*name)
 	if err != nil {
@@ -61,6 +65,14 @@ func runValidate(args []string) error {
 	if *runs < 1 || *runs > 100 {
 		return usagef("--runs %d: want 1 to 100", *runs)
 	}
+	specs, err := validation.ValidationMatrix(*suite, act, chain, recipe)
+	if err != nil {
+		return asUsage(err)
+	}
+	need, disk := suiteBytes(specs)
+	if err := checkMemory(fmt.Sprintf("--suite %s (its largest case)", *suite), need, *maxMem); err != nil {
+		return err
+	}
 	if *writeCases != "" {
 		if err := refuseTune(*name, *tune, "with --write-cases (the go oracle writes the cases)"); err != nil {
 			return err
@@ -68,7 +80,8 @@ func runValidate(args []string) error {
 		if *jsonPath != "" {
 			return usagef("--write-cases writes cases, not a validation report: drop --json")
 		}
-		return writeSuiteCases(*writeCases, *suite, act, chain, recipe)
+		fmt.Printf("writing %d cases of --suite %s to %s: about %s\n", len(specs), *suite, *writeCases, byteSize(disk))
+		return writeSuiteCases(*writeCases, *suite, specs)
 	}
 	if err := checkJSONOutput(*jsonPath); err != nil {
 		return err
@@ -157,11 +170,7 @@ func printResult(w io.Writer, r backend.Result) {
 
 // writeSuiteCases writes the suite's cases and their oracle outputs into
 // dir (created if absent), checking every path before writing the first.
-func writeSuiteCases(dir, suite string, act activation.Kind, chain moe.Chain, recipe mxfp.Recipe) error {
-	specs, err := validation.ValidationMatrix(suite, act, chain, recipe)
-	if err != nil {
-		return asUsage(err)
-	}
+func writeSuiteCases(dir, suite string, specs []validation.CaseSpec) error {
 	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
 		return usagef("--write-cases %s is not a directory", dir)
 	}
@@ -189,6 +198,7 @@ func writeSuiteCases(dir, suite string, act activation.Kind, chain moe.Chain, re
 		key := [5]uint64{s.WeightSeed, uint64(s.K), uint64(s.N), uint64(s.ELocal), uint64(s.Activation)}
 		w := weights[key]
 		if w == nil {
+			var err error
 			if w, err = validation.GenerateWeights(s); err != nil {
 				return err
 			}
@@ -240,4 +250,25 @@ func validateSummary(res []backend.Result, name string, took time.Duration) (str
 		note = fmt.Sprintf(", %d unsupported by backend %s (the go backend runs them)", unsupported, name)
 	}
 	return fmt.Sprintf("validate: %d of %d cases passed%s in %.1fs", passed, len(res), note, took.Seconds()), passed
+}
+
+// suiteBytes estimates a suite's largest case in memory (twice the oracle's
+// decoded weights and the forward's rows: validate runs one case at a
+// time) and the bytes --write-cases writes (each case's weights, inputs
+// and output, twice for the oracle's output file).
+func suiteBytes(specs []validation.CaseSpec) (mem, disk float64) {
+	for _, s := range specs {
+		gated := s.Activation.IsGated()
+		// Twice the live bytes: the collector lets the heap double (the
+		// gpt-oss suite's 4.6 GiB estimate peaked near 10 GB).
+		mem = max(mem, 2*oracleBytes(s.ELocal, s.N, s.K, gated, s.M, s.M*s.TopK))
+		rows := float64(s.N)
+		if gated {
+			rows *= 2
+		}
+		weights := float64(s.ELocal) * (rows + float64(s.N)) * float64(s.K) * (0.5 + 1.0/32)
+		io := float64(s.M) * (float64(s.K)*4*2 + float64(s.TopK)*8)
+		disk += weights + io
+	}
+	return mem, disk
 }
