@@ -382,6 +382,12 @@ func (c *Checkpoint) Load(opts Options) (*Layer, error) {
 	return c.loadGPTOSS(opts)
 }
 
+// has reports whether the checkpoint names tensor name (c.names is sorted).
+func (c *Checkpoint) has(name string) bool {
+	i := sort.SearchStrings(c.names, name)
+	return i < len(c.names) && c.names[i] == name
+}
+
 // bothFormats names one tensor of each layout when layer has both.
 func (c *Checkpoint) bothFormats(layer int) string {
 	L := strconv.Itoa(layer)
@@ -505,6 +511,17 @@ func (c *Checkpoint) loadKimi(opts Options) (*Layer, error) {
 	// The slice and one expert's full tensors read at a time.
 	if err := opts.budget(weightBytes(count, nn, k, false)+weightBytes(1, n, k, false), fmt.Sprintf("layer %d's %d experts (N=%d, K=%d)", opts.Layer, count, nn, k)); err != nil {
 		return nil, err
+	}
+	// Every expert's tensors are named before any is allocated: a missing
+	// one is an error at once, not after gigabytes for the others.
+	for i := range count {
+		for _, wk := range []string{"w1", "w2", "w3"} {
+			for _, part := range []string{"packed", "scale"} {
+				if name := prefix + strconv.Itoa(first+i) + "." + wk + ".weight_" + part; !c.has(name) {
+					return nil, bad("%s: missing tensor %q", c.Dir, name)
+				}
+			}
+		}
 	}
 	w := moe.NewWeights(count, nn, k, true)
 	rows := 2 * nn

@@ -3,9 +3,11 @@ package checkpoint
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -367,5 +369,36 @@ func TestRankReadsOnlyItsExperts(t *testing.T) {
 	}
 	if _, err := ck.Load(Options{Layer: 0, EP: moe.EP{Size: 2, Rank: 0}}); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("rank 0 without its shard: %v", err)
+	}
+}
+
+// An index naming experts past those it holds is refused by name before
+// the weights are allocated (round 3's R3-12: 10^6 experts allocated 6.1
+// GB before expert 4 was found missing). Here 5000 named experts would
+// allocate about 49 MB.
+func TestMissingExpertBeforeAllocation(t *testing.T) {
+	w := source(t)
+	w.W31Bias, w.W2Bias = nil, nil
+	ts := kimiTensors(w, 0, "mlp")
+	for e := 4; e < 5000; e++ { // experts 4.. named by their w1 codes alone
+		ts = append(ts, &safetensors.Tensor{Name: fmt.Sprintf("language_model.model.layers.0.mlp.experts.%d.w1.weight_packed", e),
+			DType: safetensors.U8, Shape: []int{1, 1}, Data: []byte{0}})
+	}
+	dir := t.TempDir()
+	must(t, writeShards(dir, ts, 1))
+	ck, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = ck.Load(Options{Layer: 0})
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrCheckpoint) || !strings.Contains(err.Error(), `experts.4.w1.weight_scale"`) {
+		t.Fatalf("an index naming 5000 experts, 4 of them whole: %v", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 16<<20 {
+		t.Errorf("Load allocated %d MB before refusing", got>>20)
 	}
 }
