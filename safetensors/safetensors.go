@@ -352,9 +352,18 @@ func Write(w io.Writer, tensors []*Tensor, metadata map[string]string) error {
 		header["__metadata__"] = metadata
 	}
 	var off int64
+	// What the reader refuses is refused here, before a byte is written.
+	if len(tensors) > MaxTensors {
+		return fmt.Errorf("safetensors: %d tensors, over the %d a reader takes", len(tensors), MaxTensors)
+	}
 	for i, t := range tensors {
 		if t == nil {
 			return fmt.Errorf("safetensors: tensor %d of %d is nil", i, len(tensors))
+		}
+		for _, d := range t.Shape {
+			if d < 0 {
+				return fmt.Errorf("safetensors: tensor %q: negative dimension in shape %v", t.Name, t.Shape)
+			}
 		}
 		if t.DType.Size() == 0 {
 			return fmt.Errorf("safetensors: tensor %q: unknown dtype %q", t.Name, t.DType)
@@ -381,6 +390,9 @@ func Write(w io.Writer, tensors []*Tensor, metadata map[string]string) error {
 	}
 	for len(h)%8 != 0 {
 		h = append(h, ' ')
+	}
+	if len(h) > MaxHeaderBytes {
+		return fmt.Errorf("safetensors: a %d-byte header, over the %d bytes a reader takes", len(h), MaxHeaderBytes)
 	}
 	var n [8]byte
 	binary.LittleEndian.PutUint64(n[:], uint64(len(h)))

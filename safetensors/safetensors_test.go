@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -124,5 +125,25 @@ func TestWriteNilIsAnError(t *testing.T) {
 	}
 	if err := Write(&bytes.Buffer{}, []*Tensor{nil}, nil); err == nil {
 		t.Error("Write(nil tensor): no error")
+	}
+}
+
+// Write refuses what Parse refuses (round 3's R3-16: files were written
+// that no reader would take): a negative dimension, and more tensors than
+// MaxTensors.
+func TestWriteRefusesWhatParseRefuses(t *testing.T) {
+	var buf bytes.Buffer
+	neg := &Tensor{Name: "a", DType: U8, Shape: []int{-1, -1}, Data: []byte{7}}
+	if err := Write(&buf, []*Tensor{neg}, nil); err == nil {
+		_, perr := Parse(buf.Bytes())
+		t.Errorf("a shape of [-1, -1] was written (Parse: %v)", perr)
+	}
+	many := make([]*Tensor, MaxTensors+1)
+	for i := range many {
+		many[i] = &Tensor{Name: fmt.Sprint(i), DType: U8, Shape: []int{0}, Data: []byte{}}
+	}
+	buf.Reset()
+	if err := Write(&buf, many, nil); err == nil {
+		t.Errorf("%d tensors were written", len(many))
 	}
 }
