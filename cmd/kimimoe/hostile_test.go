@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -385,5 +386,15 @@ func TestValidateMemoryAndDiskEstimates(t *testing.T) {
 	_, out, _ := runCmd(t, "validate", "--suite", "smoke", "--write-cases", t.TempDir())
 	if !strings.Contains(out, "writing 25 cases of --suite smoke") || !strings.Contains(out, "MiB") {
 		t.Errorf("--write-cases gave no estimate: %.300q", out)
+	}
+}
+
+// A --json write that fails after the work is an output error (exit 2),
+// not a failed check (round 3's R3-19: a pass whose write failed exited 1).
+func TestJSONWriteFailureIsAnOutputError(t *testing.T) {
+	err := writeJSON(filepath.Join(t.TempDir(), "gone", "r.json"), []byte("{}"))
+	var ue usageError
+	if !errors.As(err, &ue) {
+		t.Fatalf("writeJSON into a missing folder: %v (%T), want a usage error (exit 2)", err, err)
 	}
 }

@@ -218,5 +218,11 @@ func parse(fs *flagSet, args []string) error {
 }
 
 // writeJSON writes data to path atomically, or to stdout for "-"; the
-// path was checked with checkJSONOutput before the work.
-func writeJSON(path string, data []byte) error { return writeOutput(path, data) }
+// path was checked with checkJSONOutput before the work. A failed write is
+// an output error (exit 2), never mistaken for a failed check (exit 1).
+func writeJSON(path string, data []byte) error {
+	if err := writeOutput(path, data); err != nil {
+		return asUsage(fmt.Errorf("--json %s: %w", path, err))
+	}
+	return nil
+}
