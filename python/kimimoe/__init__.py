@@ -49,9 +49,18 @@ __all__ = ["dump_case", "assert_moe_close", "reference", "run_check", "CheckErro
 
 
 def dump_case(path, **kw):
-    """Write a case file from torch tensors (the module doc lists the
-    arguments)."""
-    from ._torch import dump_case as _dump
+    """Write a case file from torch tensors or numpy arrays (the module doc
+    lists the arguments). The writer is torch code: numpy arrays are taken
+    as torch tensors, so torch must be installed."""
+    arrays = [k for k, v in kw.items() if _numpy.is_array(v)]
+    try:
+        from ._torch import dump_case as _dump
+    except ImportError as e:
+        raise ImportError("dump_case needs torch (arguments %s are numpy arrays; pass them where torch is installed)"
+                          % (", ".join(arrays) or "none")) from e
+    if arrays:
+        import torch
+        kw = {k: torch.from_numpy(v) if k in arrays else v for k, v in kw.items()}
     _dump(path, **kw)
 
 

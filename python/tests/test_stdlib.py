@@ -147,3 +147,14 @@ class NumpyTest(unittest.TestCase):
         self.assertTrue(kimimoe.assert_moe_close(ref, GOLDEN)["pass"])
         with self.assertRaises(AssertionError):
             kimimoe.assert_moe_close(ref * 1.05, GOLDEN)
+
+    def test_dump_case_without_torch_says_why(self):
+        try:
+            import torch  # noqa: F401
+            self.skipTest("torch is installed")
+        except ImportError:
+            pass
+        with self.assertRaises(ImportError) as cm:
+            kimimoe.dump_case("/nonexistent/c.safetensors", x=self.np.zeros((1, 32), dtype="float32"))
+        self.assertIn("needs torch", str(cm.exception))
+        self.assertIn("x", str(cm.exception))

@@ -78,3 +78,31 @@ class TorchTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+@unittest.skipUnless(torch is not None and EXE, "needs torch and the kimimoe command")
+class NumpyDumpTest(unittest.TestCase):
+    """dump_case takes numpy arrays where torch is installed, and the case
+    they make checks like the torch tensors' (skipped without numpy)."""
+
+    def test_numpy_arguments(self):
+        try:
+            import numpy as np
+        except ImportError:
+            self.skipTest("no numpy")
+        import torch
+        import kimimoe
+        g = torch.Generator().manual_seed(5)
+        e, k, n, m = 2, 64, 32, 3
+        kw = dict(x=torch.randn(m, k, generator=g), topk_ids=torch.tensor([[0, 1], [1, 0], [0, 1]], dtype=torch.int32),
+                  topk_weights=torch.full((m, 2), 0.5), activation="situ",
+                  w31=torch.randint(0, 256, (e, 2 * n, k // 2), generator=g, dtype=torch.uint8),
+                  w31_scale=torch.full((e, 2 * n, k // 32), 120, dtype=torch.uint8),
+                  w2=torch.randint(0, 256, (e, k, n // 2), generator=g, dtype=torch.uint8),
+                  w2_scale=torch.full((e, k, n // 32), 120, dtype=torch.uint8))
+        with tempfile.TemporaryDirectory() as d:
+            a, b = os.path.join(d, "t.safetensors"), os.path.join(d, "n.safetensors")
+            kimimoe.dump_case(a, **kw)
+            kimimoe.dump_case(b, **{key: v.numpy() if torch.is_tensor(v) else v for key, v in kw.items()})
+            with open(a, "rb") as fa, open(b, "rb") as fb:
+                self.assertEqual(fa.read(), fb.read())
