@@ -98,12 +98,12 @@ func Diagnose(c *validation.Case, r *Report) {
 	if r == nil {
 		return
 	}
-	if c == nil || c.Weights == nil || r.got == nil || len(r.got) != c.Input.M*c.Weights.K {
+	if c == nil || c.Weights == nil || r.got == nil || len(r.got) != c.Input.M*c.Weights.K || len(r.sampledRef) != len(r.sampled)*c.Weights.K {
 		r.DiagnosisNote = "no diagnosis: the report is not Compare's for this case"
 		return
 	}
 	m, k := c.Input.M, c.Weights.K
-	rows := validation.SampleRows(m, r.opts.MaxRows, 1)
+	rows, ref := r.sampled, r.sampledRef
 	if len(rows) < m {
 		r.DiagnosisNote = fmt.Sprintf("diagnosed on %d of %d rows (seeded sample; --diagnose-rows raises it)", len(rows), m)
 		r.DiagnosisRows = rows
@@ -115,12 +115,6 @@ func Diagnose(c *validation.Case, r *Report) {
 		return
 	}
 	ev := &evaluator{r: r, base: base, k: k}
-	r.opts.progress("diagnosis: the oracle on %d sampled rows", len(rows))
-	ref, err := ev.forward(c, rows)
-	if err != nil {
-		r.DiagnosisNote = fmt.Sprintf("no diagnosis: %v", err)
-		return
-	}
 	screen := worstRows(r.got, ref, rows, k, screenRows)
 	// Variants copy the weights they change: each hypothesis's are built
 	// when it is measured and dropped after, and built again for the

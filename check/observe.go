@@ -20,15 +20,13 @@ import (
 const obsBlock = 16
 
 // observe fills r.Observations from the candidate and the oracle's output
-// ref [M, K] (rounded to the candidate's dtype).
+// ref [M, K] (rounded to the candidate's dtype), after measure.
 func (r *Report) observe(c *validation.Case, ref []float64, m, k int) {
 	var obs []string
-	rowBad := make([]bool, m)
+	rowBad := r.rowBad
 	nBad := 0
-	for t := range m {
-		rm := validation.Compare(r.got[t*k:(t+1)*k], ref[t*k:(t+1)*k])
-		rowBad[t] = !(rm.NRMSE <= r.MaxNRMSE) || rm.NonFiniteMismatch > 0
-		if rowBad[t] {
+	for _, b := range rowBad {
+		if b {
 			nBad++
 		}
 	}

@@ -183,9 +183,15 @@ type Report struct {
 
 	NullReasons map[string]string `json:"null_reasons,omitempty"`
 
-	opts Options
-	got  []float64 // the candidate widened
-	dt   safetensors.DType
+	opts   Options
+	got    []float64 // the candidate widened
+	dt     safetensors.DType
+	rowBad []bool // per row: outside the thresholds (measure)
+	// sampled are the rows Diagnose re-runs and sampledRef the oracle's
+	// output on them, kept from Compare's run so the diagnosis does not
+	// repeat it.
+	sampled    []int
+	sampledRef []float64
 }
 
 // RoundRef rounds the oracle's float64 output once to the candidate's
@@ -227,6 +233,11 @@ func Compare(c *validation.Case, got []float32, d safetensors.DType, opts Option
 	}
 	r.measure(ref, m, k)
 	r.observe(c, ref, m, k)
+	r.sampled = validation.SampleRows(m, opts.MaxRows, 1)
+	r.sampledRef = make([]float64, 0, len(r.sampled)*k)
+	for _, t := range r.sampled {
+		r.sampledRef = append(r.sampledRef, ref[t*k:(t+1)*k]...)
+	}
 	r.Checked.Scale = rms(ref)
 	return r, nil
 }
@@ -313,9 +324,11 @@ func (r *Report) measure(ref []float64, m, k int) {
 	}
 	rows := make([]Row, 0, m)
 	zeroRows := 0
+	r.rowBad = make([]bool, m)
 	for i := range m {
 		rm := validation.Compare(got[i*k:(i+1)*k], ref[i*k:(i+1)*k])
 		rows = append(rows, Row{Row: i, NRMSE: Num(rm.NRMSE), MaxAbs: Num(rm.MaxAbs)})
+		r.rowBad[i] = !(rm.NRMSE <= r.MaxNRMSE) || rm.NonFiniteMismatch > 0
 		if math.IsInf(rm.NRMSE, 1) {
 			zeroRows++
 		}
