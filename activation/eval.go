@@ -21,35 +21,11 @@ func clamp(x, lo, hi float64) float64 { return math.Min(math.Max(x, lo), hi) }
 // Eval returns the activation of kind k in float64. For gated kinds it is
 // act(gate, up); otherwise act(gate), and up is ignored.
 func Eval(k Kind, p *Params, gate, up float64) float64 {
-	g := gate
-	switch k {
-	case Gelu:
-		return gelu(g)
-	case Relu:
-		return math.Max(g, 0)
-	case Silu:
-		return g * sigmoid(g)
-	case Relu2:
-		r := math.Max(g, 0)
-		return r * r
-	case Identity:
-		return g
-	case Swiglu:
-		return g * sigmoid(g) * up
-	case Geglu:
-		return gelu(g) * up
-	case GegluTanh:
-		return geluTanh(g) * up
-	case SwigluBias:
-		g = math.Min(g, p.SwigluLimit)
-		u := clamp(up, -p.SwigluLimit, p.SwigluLimit)
-		return g * sigmoid(p.SwigluAlpha*g) * (u + p.SwigluBeta)
-	case SwigluStep:
-		return math.Min(g*sigmoid(g), p.SwigluLimit) * clamp(up, -p.SwigluLimit, p.SwigluLimit)
-	case Situ:
-		return p.SituBeta * math.Tanh(g/p.SituBeta) * sigmoid(g) * (p.SituLinearBeta * math.Tanh(up/p.SituLinearBeta))
+	r := k.info()
+	if r == nil {
+		panic(fmt.Sprintf("activation: Eval of invalid kind %v", k))
 	}
-	panic(fmt.Sprintf("activation: Eval of invalid kind %v", k))
+	return r.eval(p, gate, up)
 }
 
 // float32 versions of the primitives: the math package's float64 result
@@ -67,38 +43,11 @@ func max32(a, b float32) float32 { return float32(math.Max(float64(a), float64(b
 // Eval32 returns the activation of kind k with every intermediate rounded to
 // float32, in the operation order of Eval.
 func Eval32(k Kind, p *Params, gate, up float32) float32 {
-	g := gate
-	switch k {
-	case Gelu:
-		return g / 2 * erfc32(-g/math.Sqrt2)
-	case Relu:
-		return max32(g, 0)
-	case Silu:
-		return g * sigmoid32(g)
-	case Relu2:
-		r := max32(g, 0)
-		return r * r
-	case Identity:
-		return g
-	case Swiglu:
-		return g * sigmoid32(g) * up
-	case Geglu:
-		return g / 2 * erfc32(-g/math.Sqrt2) * up
-	case GegluTanh:
-		return g * sigmoid32(2*geluTanhK*(g+float32(0.044715*g*g*g))) * up
-	case SwigluBias:
-		lim := float32(p.SwigluLimit)
-		g = min32(g, lim)
-		u := min32(max32(up, -lim), lim)
-		return g * sigmoid32(float32(p.SwigluAlpha)*g) * (u + float32(p.SwigluBeta))
-	case SwigluStep:
-		lim := float32(p.SwigluLimit)
-		return min32(g*sigmoid32(g), lim) * min32(max32(up, -lim), lim)
-	case Situ:
-		b, lb := float32(p.SituBeta), float32(p.SituLinearBeta)
-		return b * tanh32(g/b) * sigmoid32(g) * (lb * tanh32(up/lb))
+	r := k.info()
+	if r == nil {
+		panic(fmt.Sprintf("activation: Eval32 of invalid kind %v", k))
 	}
-	panic(fmt.Sprintf("activation: Eval32 of invalid kind %v", k))
+	return r.eval32(p, gate, up)
 }
 
 // Apply evaluates kind k over one FC1 output row h and writes dst. For a

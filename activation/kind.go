@@ -12,75 +12,69 @@ import (
 // integer ABI is FlashInferABI.
 type Kind int
 
-// The kinds, in FlashInfer 0.6.18's ABI order.
+// The kinds. Their values are kimimoe's own (the kernels' activation codes
+// too); FlashInferABI maps them to FlashInfer's at the interop edge.
 const (
-	Gelu        Kind = iota + 1
-	Relu             // ReLU
-	Silu             // SiLU
-	Swiglu           // SwiGLU
-	Geglu            // GeGLU
-	SwigluBias       // GPT-OSS SwiGLU, "swiglu_oai" on the command line
-	Relu2            // squared ReLU
-	SwigluStep       // SwiGLU with a clamp
-	GegluTanh        // GeGLU, tanh form
-	Identity         // identity
-	Situ             // SiTU
-	InvalidType      // FlashInfer's InvalidType; not a kind kimimoe evaluates
+	Gelu       Kind = iota + 1
+	Relu            // ReLU
+	Silu            // SiLU
+	Swiglu          // SwiGLU
+	Geglu           // GeGLU
+	SwigluBias      // GPT-OSS SwiGLU, "swiglu_oai" on the command line
+	Relu2           // squared ReLU
+	SwigluStep      // SwiGLU with a clamp
+	GegluTanh       // GeGLU, tanh form
+	Identity        // identity
+	Situ            // SiTU
 )
+
+// InvalidType names FlashInfer's InvalidType (its ABI value 11). It is not
+// a kind kimimoe evaluates: Valid reports false and every function given it
+// fails.
+const InvalidType Kind = -1
 
 // FlashInferABI is the kind's value in FlashInfer 0.6.18's ActivationType
 // (flashinfer/tllm_enums.py with PR #4460): Gelu 0, Relu 1, Silu 2, Swiglu
 // 3, Geglu 4, SwigluBias 5, Relu2 6, SwigluStep 7, GegluTanh 8, Identity 9,
-// Situ 10, InvalidType 11; -1 for the zero Kind and anything else invalid.
-// The GPU kernels' activation codes are these values too.
+// Situ 10, InvalidType 11; -1 for a kind FlashInfer lacks, the zero Kind
+// and anything else invalid.
 func (k Kind) FlashInferABI() int {
-	if k < Gelu || k > InvalidType {
-		return -1
+	if k == InvalidType {
+		return flashInferInvalid
 	}
-	return int(k - Gelu)
+	if r := k.info(); r != nil {
+		return r.FlashInfer
+	}
+	return -1
 }
 
 // KindFromFlashInferABI returns the kind with FlashInfer ABI value v, or an
-// error for a value outside [0, 10].
+// error for a value no kind has (InvalidType's 11 included).
 func KindFromFlashInferABI(v int) (Kind, error) {
-	k := Kind(v) + Gelu
-	if !k.Valid() {
-		return 0, fmt.Errorf("activation: %d is not a FlashInfer 0.6.18 activation value (0..10)", v)
+	for _, r := range table {
+		if r.FlashInfer == v && v >= 0 {
+			return r.Kind, nil
+		}
 	}
-	return k, nil
+	return 0, fmt.Errorf("activation: %d is not a FlashInfer 0.6.18 activation value kimimoe has", v)
 }
 
-// names holds each kind's canonical name first, then accepted aliases.
-var names = map[Kind][]string{
-	Gelu:       {"gelu"},
-	Relu:       {"relu"},
-	Silu:       {"silu"},
-	Swiglu:     {"swiglu"},
-	Geglu:      {"geglu"},
-	SwigluBias: {"swiglu_oai", "swiglubias", "swiglu_bias", "gptoss_swiglu"},
-	Relu2:      {"relu2"},
-	SwigluStep: {"swiglu_step", "swiglustep"},
-	GegluTanh:  {"geglu_tanh"},
-	Identity:   {"identity"},
-	Situ:       {"situ"},
-}
-
-// Kinds lists every valid kind in ABI order.
+// Kinds lists every valid kind in Kind order.
 func Kinds() []Kind {
-	ks := make([]Kind, 0, len(names))
-	for k := Gelu; k < InvalidType; k++ {
-		ks = append(ks, k)
+	ks := make([]Kind, len(table))
+	for i, r := range table {
+		ks[i] = r.Kind
 	}
 	return ks
 }
 
 // Valid reports whether k is a kind kimimoe evaluates (neither the zero value nor InvalidType).
-func (k Kind) Valid() bool { return k >= Gelu && k < InvalidType }
+func (k Kind) Valid() bool { return k.info() != nil }
 
 // String returns the canonical command-line name.
 func (k Kind) String() string {
-	if n, ok := names[k]; ok {
-		return n[0]
+	if r := k.info(); r != nil {
+		return r.Names[0]
 	}
 	if k == InvalidType {
 		return "invalid"
@@ -94,24 +88,21 @@ func (k Kind) String() string {
 // IsGated reports whether k reads a gate and an up input (FlashInfer's
 // isGatedActivation).
 func (k Kind) IsGated() bool {
-	switch k {
-	case Swiglu, Geglu, SwigluBias, SwigluStep, GegluTanh, Situ:
-		return true
-	}
-	return false
+	r := k.info()
+	return r != nil && r.Gated
 }
 
 // ParseKind accepts the canonical names and aliases (case-insensitive).
 func ParseKind(s string) (Kind, error) {
 	l := strings.ToLower(strings.TrimSpace(s))
-	for _, k := range Kinds() {
-		if slices.Contains(names[k], l) {
-			return k, nil
+	for _, r := range table {
+		if slices.Contains(r.Names, l) {
+			return r.Kind, nil
 		}
 	}
 	var all []string
-	for _, k := range Kinds() {
-		all = append(all, k.String())
+	for _, r := range table {
+		all = append(all, r.Names[0])
 	}
 	return 0, fmt.Errorf("activation: unknown kind %q (known: %s)", s, strings.Join(all, ", "))
 }

@@ -1,9 +1,6 @@
 package activation
 
-import (
-	"fmt"
-	"math"
-)
+import "fmt"
 
 // Params holds the parameters of the parametrized kinds. A kind reads only
 // its own fields. An MoE layer may hold one Params per expert.
@@ -21,37 +18,17 @@ func DefaultParams() Params {
 	return Params{SituBeta: 4, SituLinearBeta: 25, SwigluAlpha: 1.702, SwigluBeta: 1, SwigluLimit: 7}
 }
 
-// Validate checks the fields kind k reads: Situ's betas must be finite and
-// positive, SwigluBias's alpha and beta finite, and the limits finite and
-// positive. It also rejects an invalid kind.
+// Validate checks the fields kind k reads (k.Params(), each by its Check):
+// Situ's betas must be finite and positive, SwigluBias's alpha and beta
+// finite, and the limits finite and positive. It also rejects an invalid
+// kind.
 func (p Params) Validate(k Kind) error {
 	if !k.Valid() {
 		return fmt.Errorf("activation: invalid kind %v", k)
 	}
-	pos := func(name string, v float64) error {
-		if !(v > 0) || math.IsInf(v, 0) {
-			return fmt.Errorf("activation: %v: %s = %v, want a finite positive number", k, name, v)
-		}
-		return nil
-	}
-	fin := func(name string, v float64) error {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return fmt.Errorf("activation: %v: %s = %v, want a finite number", k, name, v)
-		}
-		return nil
-	}
-	var errs []error
-	switch k {
-	case Situ:
-		errs = append(errs, pos("situ_beta", p.SituBeta), pos("situ_linear_beta", p.SituLinearBeta))
-	case SwigluBias:
-		errs = append(errs, fin("swiglu_alpha", p.SwigluAlpha), fin("swiglu_beta", p.SwigluBeta), pos("swiglu_limit", p.SwigluLimit))
-	case SwigluStep:
-		errs = append(errs, pos("swiglu_limit", p.SwigluLimit))
-	}
-	for _, e := range errs {
-		if e != nil {
-			return e
+	for _, q := range k.Params() {
+		if err := q.Check(k, q.Get(&p)); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -164,11 +164,9 @@ func perExpertParams(e int) []activation.Params {
 	for i := range ps {
 		f := 1 + float64(i)/8
 		p := activation.DefaultParams()
-		p.SituBeta *= f
-		p.SituLinearBeta *= f
-		p.SwigluAlpha *= f
-		p.SwigluBeta *= f
-		p.SwigluLimit *= f
+		for _, q := range activation.AllParams() {
+			q.Set(&p, q.Get(&p)*f)
+		}
 		ps[i] = p
 	}
 	return ps

@@ -421,15 +421,11 @@ func paramString(k activation.Kind, ps []activation.Params) string {
 		return ""
 	}
 	one := func(p activation.Params) string {
-		switch k {
-		case activation.Situ:
-			return fmt.Sprintf("situ_beta %g, situ_linear_beta %g", p.SituBeta, p.SituLinearBeta)
-		case activation.SwigluBias:
-			return fmt.Sprintf("swiglu_alpha %g, swiglu_beta %g, swiglu_limit %g", p.SwigluAlpha, p.SwigluBeta, p.SwigluLimit)
-		case activation.SwigluStep:
-			return fmt.Sprintf("swiglu_limit %g", p.SwigluLimit)
+		var parts []string
+		for _, q := range k.Params() {
+			parts = append(parts, fmt.Sprintf("%s %g", q.Name, q.Get(&p)))
 		}
-		return ""
+		return strings.Join(parts, ", ")
 	}
 	s := one(ps[0])
 	if s != "" && len(ps) > 1 {

@@ -388,23 +388,11 @@ func routingAgrees(f *safetensors.File, in *moe.Input, route Router) error {
 	return nil
 }
 
-// paramKeys maps metadata keys to Params fields.
-var paramKeys = []struct {
-	key   string
-	field func(*activation.Params) *float64
-}{
-	{"situ_beta", func(p *activation.Params) *float64 { return &p.SituBeta }},
-	{"situ_linear_beta", func(p *activation.Params) *float64 { return &p.SituLinearBeta }},
-	{"swiglu_alpha", func(p *activation.Params) *float64 { return &p.SwigluAlpha }},
-	{"swiglu_beta", func(p *activation.Params) *float64 { return &p.SwigluBeta }},
-	{"swiglu_limit", func(p *activation.Params) *float64 { return &p.SwigluLimit }},
-}
-
 func paramsFromMetadata(md map[string]string, kind activation.Kind, e int) ([]activation.Params, error) {
 	n := 1
 	lists := map[string][]float64{}
-	for _, pk := range paramKeys {
-		s, ok := md[pk.key]
+	for _, pk := range activation.AllParams() {
+		s, ok := md[pk.Name]
 		if !ok {
 			continue
 		}
@@ -412,22 +400,22 @@ func paramsFromMetadata(md map[string]string, kind activation.Kind, e int) ([]ac
 		for _, f := range strings.Split(s, ",") {
 			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
 			if err != nil {
-				return nil, bad("__metadata__ %s = %q is not a number or list of numbers", pk.key, s)
+				return nil, bad("__metadata__ %s = %q is not a number or list of numbers", pk.Name, s)
 			}
 			vals = append(vals, v)
 		}
 		if len(vals) != 1 && len(vals) != e {
-			return nil, bad("__metadata__ %s has %d values; want 1 or one per expert (%d)", pk.key, len(vals), e)
+			return nil, bad("__metadata__ %s has %d values; want 1 or one per expert (%d)", pk.Name, len(vals), e)
 		}
 		n = max(n, len(vals))
-		lists[pk.key] = vals
+		lists[pk.Name] = vals
 	}
 	ps := make([]activation.Params, n)
 	for i := range ps {
 		ps[i] = activation.DefaultParams()
-		for _, pk := range paramKeys {
-			if v := lists[pk.key]; v != nil {
-				*pk.field(&ps[i]) = v[min(i, len(v)-1)]
+		for _, pk := range activation.AllParams() {
+			if v := lists[pk.Name]; v != nil {
+				pk.Set(&ps[i], v[min(i, len(v)-1)])
 			}
 		}
 		if err := ps[i].Validate(kind); err != nil {
@@ -467,12 +455,12 @@ func (c *Case) Tensors() ([]*safetensors.Tensor, map[string]string) {
 		"ep_size":    strconv.Itoa(c.Spec.EP.Normalize().Size),
 		"ep_rank":    strconv.Itoa(c.Spec.EP.Rank),
 	}
-	for _, pk := range paramKeys {
+	for _, pk := range activation.AllParams() {
 		var vals []string
 		for i := range c.Spec.Params {
-			vals = append(vals, strconv.FormatFloat(*pk.field(&c.Spec.Params[i]), 'g', -1, 64))
+			vals = append(vals, strconv.FormatFloat(pk.Get(&c.Spec.Params[i]), 'g', -1, 64))
 		}
-		md[pk.key] = strings.Join(vals, ",")
+		md[pk.Name] = strings.Join(vals, ",")
 	}
 	return ts, md
 }

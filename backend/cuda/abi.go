@@ -86,14 +86,18 @@ type abiParam struct {
 	value func(*activation.Params) float64
 }
 
-var abiParams = slices.Concat([]abiParam{
-	{"SITU_BETA", func(p *activation.Params) float64 { return p.SituBeta }},
-	{"SITU_LINEAR_BETA", func(p *activation.Params) float64 { return p.SituLinearBeta }},
-	{"SWIGLU_ALPHA", func(p *activation.Params) float64 { return p.SwigluAlpha }},
-	{"SWIGLU_BETA", func(p *activation.Params) float64 { return p.SwigluBeta }},
-	{"SWIGLU_LIMIT", func(p *activation.Params) float64 { return p.SwigluLimit }},
-}, situParams("B", func(p *activation.Params) float64 { return p.SituBeta }),
+var abiParams = slices.Concat(tableParams(), situParams("B", func(p *activation.Params) float64 { return p.SituBeta }),
 	situParams("LB", func(p *activation.Params) float64 { return p.SituLinearBeta }))
+
+// tableParams are the activation table's parameters, each under its
+// upper-case name (KMOE_PARAM_SITU_BETA, ...).
+func tableParams() []abiParam {
+	var ps []abiParam
+	for _, q := range activation.AllParams() {
+		ps = append(ps, abiParam{strings.ToUpper(q.Name), q.Get})
+	}
+	return ps
+}
 
 // situParams are one SiTU beta's derived constants (situTanh), SITU_tag_Q0
 // .. Q4, _EDGE and _EX, so that the kernels read them instead of dividing
@@ -146,8 +150,10 @@ func chainCode(c moe.Chain) int32 {
 	return abiChainMXFP8
 }
 
-// activationCode is the kernel's code for k: FlashInfer's ABI value.
-func activationCode(k activation.Kind) int32 { return int32(k.FlashInferABI()) }
+// activationCode is the kernel's code for k: the Kind's own value (the
+// kernels name it by KMOE_ACT_*; FlashInfer's numbers stay at the interop
+// edge).
+func activationCode(k activation.Kind) int32 { return int32(k) }
 
 // Kernel argument structs. Field types map to C as: devptr to the pointer
 // type in the field's `c` tag, int32 to int. Field names map to snake_case

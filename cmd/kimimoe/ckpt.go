@@ -71,21 +71,6 @@ type ckptFlags struct {
 	maxGiB                     float64 // the command's --max-memory-gib: bounds the layer Load reads
 }
 
-// paramFlags maps the activation parameter flags to Params fields and the
-// kinds that read them.
-var paramFlags = []struct {
-	name  string
-	usage string
-	field func(*activation.Params) *float64
-	kinds []activation.Kind
-}{
-	{"situ-beta", "SiTU beta", func(p *activation.Params) *float64 { return &p.SituBeta }, []activation.Kind{activation.Situ}},
-	{"situ-linear-beta", "SiTU linear beta", func(p *activation.Params) *float64 { return &p.SituLinearBeta }, []activation.Kind{activation.Situ}},
-	{"swiglu-alpha", "GPT-OSS SwiGLU alpha", func(p *activation.Params) *float64 { return &p.SwigluAlpha }, []activation.Kind{activation.SwigluBias}},
-	{"swiglu-beta", "GPT-OSS SwiGLU beta, added to up", func(p *activation.Params) *float64 { return &p.SwigluBeta }, []activation.Kind{activation.SwigluBias}},
-	{"swiglu-limit", "SwiGLU clamp limit", func(p *activation.Params) *float64 { return &p.SwigluLimit }, []activation.Kind{activation.SwigluBias, activation.SwigluStep}},
-}
-
 // checkpointOnly are the flags that only a checkpoint layer can use.
 var checkpointOnly = []string{"layer", "moe-tp", "moe-tp-rank", "inputs", "topk"}
 
@@ -107,10 +92,10 @@ func addCkptFlags(fs *flagSet) *ckptFlags {
 	layer := &optInt{v: -1}
 	fs.Var(layer, "layer", "with --checkpoint: the MoE layer `index` to load (required)")
 	cf.layer = &layer.v
-	for _, p := range paramFlags {
+	for _, p := range activation.AllParams() {
 		o := &optFloat{}
-		fs.Var(o, p.name, p.usage+", a `number` (default: the case's or the format's)")
-		cf.params[p.name] = o
+		fs.Var(o, p.Flag(), p.Doc+", a `number` (default: the case's or the format's)")
+		cf.params[p.Flag()] = o
 	}
 	return cf
 }
@@ -206,19 +191,19 @@ func (cf *ckptFlags) apply(spec *moe.LayerSpec, source string, eLocal int) ([]st
 		spec.Activation = k
 	}
 	params := slices.Clone(spec.Params)
-	for _, pf := range paramFlags {
-		o := cf.params[pf.name]
+	for _, pf := range activation.AllParams() {
+		o := cf.params[pf.Flag()]
 		if !o.set {
 			continue
 		}
-		if !slices.Contains(pf.kinds, spec.Activation) {
-			return nil, usagef("--%s: activation %v has no such parameter", pf.name, spec.Activation)
+		if !spec.Activation.Reads(pf.Name) {
+			return nil, usagef("--%s: activation %v has no such parameter", pf.Flag(), spec.Activation)
 		}
-		old := *pf.field(&params[0])
+		old := pf.Get(&params[0])
 		for i := range params {
-			*pf.field(&params[i]) = o.v
+			pf.Set(&params[i], o.v)
 		}
-		notes = append(notes, fmt.Sprintf("%s %g (from --%s; %s says %g)", strings.ReplaceAll(pf.name, "-", "_"), o.v, pf.name, source, old))
+		notes = append(notes, fmt.Sprintf("%s %g (from --%s; %s says %g)", pf.Name, o.v, pf.Flag(), source, old))
 	}
 	for i := range params {
 		if err := params[i].Validate(spec.Activation); err != nil {

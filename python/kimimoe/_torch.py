@@ -3,6 +3,7 @@ candidates from its output. Imported only when called (torch is optional)."""
 import torch
 
 from . import _safetensors
+from ._activations import KINDS, PARAMS
 
 _DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
            torch.int64: "I64", torch.int32: "I32", torch.uint8: "U8"}
@@ -54,7 +55,13 @@ def _u8(name, t):
     return t.detach().cpu().contiguous()
 
 
-PARAMS = ("situ_beta", "situ_linear_beta", "swiglu_alpha", "swiglu_beta", "swiglu_limit")
+def _kind(activation):
+    """The canonical name, gatedness and parameters of an activation name or alias."""
+    a = str(activation).strip().lower()
+    for name, (aliases, gated, reads, _) in KINDS.items():
+        if a == name or a in aliases:
+            return name, gated, reads
+    raise ValueError("activation %r is not a kind kimimoe has (known: %s)" % (activation, ", ".join(KINDS)))
 
 
 def dump_case(path, *, topk_ids, topk_weights, w31, w31_scale, w2, w2_scale, activation,
@@ -62,10 +69,18 @@ def dump_case(path, *, topk_ids, topk_weights, w31, w31_scale, w2, w2_scale, act
               w31_bias=None, w2_bias=None, router_logits=None, correction_bias=None,
               chain="mxfp8", recipe="rceil", ep_size=1, ep_rank=0, **params):
     """Write a kimimoe case file from torch tensors (see the package doc)."""
+    kind, gated, reads = _kind(activation)
+    for key in params:
+        if key not in PARAMS:
+            raise TypeError("unknown parameter %r (want one of %s)" % (key, ", ".join(PARAMS)))
+        if key not in reads:
+            raise TypeError("activation %s has no parameter %r (it reads: %s)" % (kind, key, ", ".join(reads) or "none"))
     w31, w2 = _u8("w31", w31), _u8("w2", w2)
     e, r, k2 = w31.shape
     k, n = 2 * k2, w2.shape[2] * 2
-    gated = r == 2 * n
+    if r != (2 * n if gated else n):
+        raise ValueError("w31 has %d rows for N = %d: activation %s wants %d (%s)" % (
+            r, n, kind, 2 * n if gated else n, "[up; gate] FC1" if gated else "one FC1 row per output"))
     w31_scale, w2_scale = _u8("w31_scale", w31_scale), _u8("w2_scale", w2_scale)
     if scale_layout == "swizzled":
         w31_scale = torch.stack([unswizzle_scales(s, r, k // 32) for s in w31_scale.reshape(e, -1)])
@@ -97,10 +112,8 @@ def dump_case(path, *, topk_ids, topk_weights, w31, w31_scale, w2, w2_scale, act
         t["router_logits"] = entry(router_logits.to(torch.float32))
     if correction_bias is not None:
         t["correction_bias"] = entry(correction_bias.to(torch.float32))
-    md = {"activation": activation, "chain": chain, "recipe": recipe, "ep_size": str(ep_size), "ep_rank": str(ep_rank)}
+    md = {"activation": kind, "chain": chain, "recipe": recipe, "ep_size": str(ep_size), "ep_rank": str(ep_rank)}
     for key, v in params.items():
-        if key not in PARAMS:
-            raise TypeError("unknown parameter %r (want one of %s)" % (key, ", ".join(PARAMS)))
         md[key] = ",".join(repr(float(u)) for u in (v if isinstance(v, (list, tuple)) else [v]))
     _safetensors.write(path, t, md)
 

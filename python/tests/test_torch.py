@@ -75,9 +75,22 @@ class TorchTest(unittest.TestCase):
         self.assertIn("most likely: gate_up_swapped", str(cm.exception))
         print(str(cm.exception))
 
-
-if __name__ == "__main__":
-    unittest.main()
+    def test_activation_and_parameters_are_checked(self):
+        """dump_case names a bad activation or parameter at once, from the
+        activation table (python/kimimoe/_activations.py)."""
+        t = {k: v for k, v in self.t.items() if k not in ("situ_beta", "situ_linear_beta")}
+        with self.assertRaisesRegex(ValueError, "not a kind kimimoe has"):
+            kimimoe.dump_case(self.path("a.safetensors"), **dict(t, activation="swish"))
+        with self.assertRaisesRegex(TypeError, "swiglu_oai has no parameter 'situ_beta'"):
+            kimimoe.dump_case(self.path("b.safetensors"), **dict(t, activation="swiglu_oai", situ_beta=4.0))
+        with self.assertRaisesRegex(ValueError, "activation relu wants 64"):
+            kimimoe.dump_case(self.path("c.safetensors"), **dict(t, activation="relu"))
+        for p in ("a.safetensors", "b.safetensors", "c.safetensors"):
+            self.assertFalse(os.path.exists(self.path(p)), "a refused case leaves no file")
+        case = self.path("d.safetensors")
+        kimimoe.dump_case(case, **dict(t, activation="GPToss_SwiGLU", swiglu_limit=5.0))
+        _, md = _safetensors.read(case)
+        self.assertEqual((md["activation"], md["swiglu_limit"]), ("swiglu_oai", "5.0"))
 
 
 @unittest.skipUnless(torch is not None and EXE, "needs torch and the kimimoe command")
@@ -106,3 +119,7 @@ class NumpyDumpTest(unittest.TestCase):
             kimimoe.dump_case(b, **{key: v.numpy() if torch.is_tensor(v) else v for key, v in kw.items()})
             with open(a, "rb") as fa, open(b, "rb") as fb:
                 self.assertEqual(fa.read(), fb.read())
+
+
+if __name__ == "__main__":
+    unittest.main()

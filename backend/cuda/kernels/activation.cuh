@@ -1,6 +1,6 @@
 // ------------------------------------------------------- activations --
 
-// Kind codes (KMOE_ACT_*) are FlashInfer 0.6.18's ABI values and p holds
+// Kind codes (KMOE_ACT_*) are activation.Kind's own values and p holds
 // one expert's KMOE_PARAM_STRIDE parameters, both from the ABI header. Same
 // operation order as activation.Eval32.
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
