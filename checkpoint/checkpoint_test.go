@@ -293,7 +293,7 @@ func must(t testing.TB, err error) {
 
 // The Kimi-K3 checkpoint layout against an independent reference: the
 // golden case made on the GPU machine from a serving stack's [gate; up]
-// tensors (scripts/interop_e2e.py, with a float64 torch output), written
+// tensors (python/interop_e2e.py, with a float64 torch output), written
 // back as a Kimi-K3 checkpoint (w1 gate, w3 up, w2 per expert) and loaded:
 // the oracle on the loaded layer reproduces the torch output.
 func TestKimiLayoutAgainstTorchGolden(t *testing.T) {

@@ -217,7 +217,7 @@ func TestZeroCaseSpec(t *testing.T) {
 }
 
 // The interop golden cases, made on the GPU machine by
-// scripts/interop_e2e.py (docs/INTEROP.md): a GPT-OSS-layout layer with
+// python/interop_e2e.py (docs/INTEROP.md): a GPT-OSS-layout layer with
 // biases read from a checkpoint by `kimimoe case`, and a serving stack's
 // [gate; up] FC1 with swizzled scales written by the python/ helper (kimimoe.dump_case),
 // each with the output of an independent float64 torch computation

@@ -47,9 +47,10 @@
 // memory once. Calls after either Close return errors wrapping
 // backend.ErrClosed; a second Close returns nil. All device calls of a
 // Backend and its layers are serialized by one lock, so Forward and Close
-// may be called concurrently. A layer keeps device buffers (and up to two
-// CUDA graphs, one per input form: float x, quantized on the device, or x
-// given as MXFP8) per token count, for at most MaxWorkspaces (16) token
+// may be called concurrently. A layer keeps device buffers (and up to four
+// CUDA graphs: one per input form, float x quantized on the device or x
+// given as MXFP8, and per whether x's values are all BF16 values) per
+// token count, for at most MaxWorkspaces (16) token
 // counts; the least
 // recently used is freed beyond that.
 //

@@ -10,8 +10,8 @@ func (l *Layer) decodeSteps(ws *workspace, p *Plan) []step {
 	kp, np := padTo(w.K), padTo(w.N)
 	maxExperts := min(w.E, entries)
 	form := ws.abiForm()
-	quantCTAs := min((m*kp/32+7)/8, 264)
-	ns := p.Subtiles // token subtiles a pass: an expert has at most m tokens
+	quantCTAs := min((m*kp/32+7)/8, 2*b.sms) // two CTAs an SM quantize x
+	ns := p.Subtiles                         // token subtiles a pass: an expert has at most m tokens
 	return []step{
 		{"prologue", func() error {
 			return b.k.decPrologue.launchWith([3]int{1 + quantCTAs, 1, 1}, abiThreads, 4*(w.E+1), s,

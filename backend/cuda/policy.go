@@ -143,7 +143,8 @@ const actByTileMaxMDefault = 192
 // routeManyMaxMDefault is the most tokens whose prologue, above
 // abiRouteCTAMax entries, is the one launch of kmoe_route_x_many rather
 // than four; three launch gaps fewer was faster up to 512 tokens and no
-// slower above, so it takes every M.
+// slower above, so it takes every M up to this bound (above it, the four
+// launches).
 const routeManyMaxMDefault = 8192
 
 // The wgmma-fp4 thresholds on M were measured on the Kimi EP32 rank-7

@@ -184,7 +184,7 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_BLOCKS_T16) 
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_DEEP2_BLOCKS) kmoe_f4s_gemm2_t8_deep(const F4Gemm2Args a) { f4_gemm2<8, KMOE_F4S_DEEP2_AHEAD>(a); }
 
 // The GEMM1 epilogue as a kernel of its own (the wgmma-fp4 path where
-// f4ActKernel in gpu.go takes it): GEMM1 stores each routed row's up and
+// the activation kernel's launch (path_fp4.go) takes it): GEMM1 stores each routed row's up and
 // gate in float32 (store_up_gate), and here each 32-feature block of a row
 // gets the activation and the MXFP8 requantization and is written as the
 // BF16 intermediate: act_requant_store's functions in its order, so the

@@ -58,7 +58,7 @@ __device__ constexpr bool f4s_keep_pieces() { return NT == 8; }
 // Piece i is row r0 + i RS of the tile, 16 bytes at column col of the
 // window; off[i] its source in 16-byte units from rows (a zero row's: row
 // 0's, not read; the host keeps the 8-token tile's token buffers under 64
-// GiB, f4sAddressable in gpu.go), bit i of valid set for a real token.
+// GiB, f4sAddressable in policy.go), bit i of valid set for a real token.
 template <int NT>
 struct F4sPieces {
     static constexpr int PR = f4s_win<NT>() / 8; // 16-byte pieces a row

@@ -4,7 +4,7 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
     return (u32)__cvta_generic_to_shared(p);
 }
 
-// Programmatic dependent launch (sm_90; launchPDL in gpu.go). pdl_wait
+// Programmatic dependent launch (sm_90; launchPDL in bind.go). pdl_wait
 // returns once the kernels this one depends on have completed and their
 // writes are visible (at once for a kernel launched without the
 // attribute); pdl_trigger lets the next kernel in the stream be launched
