@@ -1,7 +1,8 @@
 // Package backend defines how kimimoe runs an MoE layer: the small Backend
 // interface every implementation satisfies, capability reporting, a registry
-// by name, the pure-Go backend "go" (the exact oracle of package moe), and
-// Validate, which runs a suite of the validation matrix on a backend. The
+// by name, and the pure-Go backend "go" (the exact oracle of package moe).
+// Running a suite of the validation matrix on a backend is package
+// validation's Run, so that a backend links none of the case-file code. The
 // conformance suite for tests is package backendtest, so that programs
 // importing backend do not link package testing.
 //
@@ -16,7 +17,7 @@
 //
 // Output and precision. Layer.Forward writes float32 [rows, K]. The "go"
 // backend computes the oracle in float64 and rounds each output once to
-// float32. Validate compares a backend's output with the float64 oracle on
-// the same chain and recipe: cosine >= 0.99999 and NRMSE <= 1e-3, the same
-// non-finite positions, and three runs bitwise equal.
+// float32. validation.Run compares a backend's output with the float64
+// oracle on the same chain and recipe: cosine >= 0.99999 and NRMSE <= 1e-3,
+// the same non-finite positions, and three runs bitwise equal.
 package backend

@@ -2,7 +2,10 @@
 // seeded cases (CaseSpec, GenerateWeights, GenerateCase), the validation
 // matrix and its suites (ValidationMatrix: smoke, real, large, all), row
 // sampling for large M (SampleRows), the metrics (Compare, AllClose) and
-// the safetensors case files (ReadCase, WriteCase).
+// the safetensors case files (ReadCase, WriteCase), and Run, which runs a
+// suite on a backend and compares each output with the oracle on the same
+// chain (MinCosine, MaxNRMSE, the same non-finite positions, runs bitwise
+// equal).
 //
 // # Cases
 //

@@ -19,7 +19,7 @@ import (
 
 // RunConformance runs the one conformance suite on b:
 //
-//   - the smoke suite of the validation matrix (backend.Validate) for SiTU
+//   - the smoke suite of the validation matrix (validation.Run) for SiTU
 //     (rceil) and GPT-OSS SwiGLU (floor) on every chain, compared with the
 //     oracle on the same chain; what b does not claim must fail at Prepare
 //     with backend.ErrUnsupported;
@@ -46,13 +46,13 @@ func RunConformance(t *testing.T, b backend.Backend) {
 				if testing.Short() && chain != moe.ChainMXFP8 {
 					t.Skip("short: mxfp8 chain only")
 				}
-				res, err := backend.Validate(b, backend.ValidateOptions{Suite: "smoke", Activation: v.act, Chain: chain, Recipe: v.recipe})
+				res, err := validation.Run(b, validation.RunOptions{Suite: "smoke", Activation: v.act, Chain: chain, Recipe: v.recipe})
 				if err != nil {
 					t.Fatal(err)
 				}
 				for _, r := range res {
 					switch {
-					case !supported && r.Status != backend.StatusUnsupported:
+					case !supported && r.Status != validation.StatusUnsupported:
 						t.Errorf("%s: backend does not claim %s but gave %s (%s)", r.Name, name, r.Status, r.Detail)
 					case supported && !r.Passed():
 						t.Errorf("%s [%s]: %s %s: %v", r.Name, r.Shape, r.Status, r.Detail, r.Metrics)
@@ -66,7 +66,7 @@ func RunConformance(t *testing.T, b backend.Backend) {
 	only := []string{"m8_uniform", "kimi_ep32_rank7_small"}
 	for _, act := range caps.Activations {
 		t.Run("activation_"+act.String(), func(t *testing.T) {
-			res, err := backend.Validate(b, backend.ValidateOptions{Suite: "smoke", Activation: act, Chain: caps.Chains[0],
+			res, err := validation.Run(b, validation.RunOptions{Suite: "smoke", Activation: act, Chain: caps.Chains[0],
 				Recipe: caps.Recipes[0], Only: only, PerExpertParams: true, PreQuantized: caps.PreQuantizedInput})
 			if err != nil {
 				t.Fatal(err)
@@ -141,7 +141,7 @@ func checkNaNBesideFinite(t *testing.T, b backend.Backend) {
 		t.Fatal(err)
 	}
 	m := validation.Compare(validation.Widen(got), want)
-	if m.Cosine < backend.MinCosine || !(m.NRMSE <= backend.MaxNRMSE) || m.NonFiniteMismatch > 0 {
+	if m.Cosine < validation.MinCosine || !(m.NRMSE <= validation.MaxNRMSE) || m.NonFiniteMismatch > 0 {
 		t.Errorf("a NaN beside finite values in an intermediate block (rceil): %v", m)
 	}
 }
@@ -209,7 +209,7 @@ func checkMixedInputForms(t *testing.T, b backend.Backend) {
 				t.Fatalf("%s %s: %v", mode, cl.name, err)
 			}
 			m := validation.Compare(validation.Widen(got), want)
-			if m.Cosine < backend.MinCosine || !(m.NRMSE <= backend.MaxNRMSE) || m.NonFiniteMismatch > 0 {
+			if m.Cosine < validation.MinCosine || !(m.NRMSE <= validation.MaxNRMSE) || m.NonFiniteMismatch > 0 {
 				t.Errorf("%s %s: output does not match this call's input: %v", mode, cl.name, m)
 			}
 		}

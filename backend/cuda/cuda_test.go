@@ -84,7 +84,7 @@ func TestUnsupportedAtPrepare(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, _ := c.OracleForward(nil)
-	if m := validation.Compare(validation.Widen(out), want); m.Cosine < backend.MinCosine || m.NRMSE > backend.MaxNRMSE {
+	if m := validation.Compare(validation.Widen(out), want); m.Cosine < validation.MinCosine || m.NRMSE > validation.MaxNRMSE {
 		t.Errorf("K=96 N=160 against the oracle: %v", m)
 	}
 }

@@ -409,7 +409,7 @@ func TestF4Padded(t *testing.T) {
 						t.Fatalf("K=%d N=%d %v M=%d: a second forward differs at %d: %g, then %g", w.K, w.N, chain, m, i, out[i], again[i])
 					}
 				}
-				if met := oracleMetrics(t, o, in, w.K, out)[0]; met.Cosine < backend.MinCosine || !(met.NRMSE <= backend.MaxNRMSE) {
+				if met := oracleMetrics(t, o, in, w.K, out)[0]; met.Cosine < validation.MinCosine || !(met.NRMSE <= validation.MaxNRMSE) {
 					t.Errorf("K=%d N=%d %v M=%d against the oracle: %+v", w.K, w.N, chain, m, met)
 				}
 			}
@@ -520,7 +520,7 @@ func TestF4W3Spare(t *testing.T) {
 			}
 			requireSameBits(t, m, fmt.Sprintf("%v, GEMM1 in three warpgroups", chain), outs[1], "in two", outs[0])
 			requireSameBits(t, m, fmt.Sprintf("%v, both GEMMs in three warpgroups", chain), outs[2], "in two", outs[0])
-			if met := oracleMetrics(t, o, in, w.K, outs[2])[0]; met.Cosine < backend.MinCosine || !(met.NRMSE <= backend.MaxNRMSE) {
+			if met := oracleMetrics(t, o, in, w.K, outs[2])[0]; met.Cosine < validation.MinCosine || !(met.NRMSE <= validation.MaxNRMSE) {
 				t.Errorf("%v M=%d against the oracle: %+v", chain, m, met)
 			}
 		}

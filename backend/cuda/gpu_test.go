@@ -526,7 +526,7 @@ func comparePaths(t *testing.T, o *moe.Oracle, in *moe.Input, k int, names [2]st
 		}
 	}
 	for i, met := range oracleMetrics(t, o, in, k, outs[:]...) {
-		if met.Cosine < backend.MinCosine || !(met.NRMSE <= backend.MaxNRMSE) {
+		if met.Cosine < validation.MinCosine || !(met.NRMSE <= validation.MaxNRMSE) {
 			t.Errorf("M=%d %s against the oracle: %+v", m, names[i], met)
 		}
 	}
@@ -681,7 +681,7 @@ func TestTinyXLeavesBF16Paths(t *testing.T) {
 			tin.X, tin.XQ = nil, xq
 		}
 		out := forwardOut(t, l, &tin, m)
-		if met := oracleMetrics(t, o, &tin, w.K, out)[0]; met.Cosine < backend.MinCosine || !(met.NRMSE <= backend.MaxNRMSE) {
+		if met := oracleMetrics(t, o, &tin, w.K, out)[0]; met.Cosine < validation.MinCosine || !(met.NRMSE <= validation.MaxNRMSE) {
 			t.Errorf("%s tiny x against the oracle: %+v", form, met)
 		}
 		outs = append(outs, out)

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"kimimoe/activation"
-	"kimimoe/backend"
 	"kimimoe/checkpoint"
 	"kimimoe/moe"
 	"kimimoe/mxfp"
@@ -647,7 +646,7 @@ func TestPlanAllToAll(t *testing.T) {
 
 // The summary counts unsupported cases apart from failures.
 func TestValidateSummary(t *testing.T) {
-	res := []backend.Result{{Status: backend.StatusPass}, {Status: backend.StatusUnsupported}, {Status: backend.StatusFail}}
+	res := []validation.Result{{Status: validation.StatusPass}, {Status: validation.StatusUnsupported}, {Status: validation.StatusFail}}
 	if got, n := validateSummary(res, "cuda", 1500*time.Millisecond); got != "validate: 1 of 3 cases passed, 1 unsupported by backend cuda (the go backend runs them) in 1.5s" || n != 1 {
 		t.Errorf("%q, %d passed", got, n)
 	}

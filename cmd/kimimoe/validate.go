@@ -106,10 +106,10 @@ func runValidate(args []string) error {
 	fmt.Fprintf(out, "%-24s %-38s %-11s %-10s %-9s %-9s %s\n", "case", "shape", "status", "cosine", "nrmse", "maxabs", "time")
 	p := newProgress()
 	start := time.Now()
-	res, err := backend.Validate(b, backend.ValidateOptions{
+	res, err := validation.Run(b, validation.RunOptions{
 		Suite: *suite, Activation: act, Chain: chain, Recipe: recipe, RequireSitu: *requireSitu, Runs: *runs,
 		Progress: func(done, total int, c string) { p.update("case %d/%d %s", done+1, total, c) },
-		OnResult: func(r backend.Result) {
+		OnResult: func(r validation.Result) {
 			p.clear()
 			printResult(out, r)
 		},
@@ -153,7 +153,7 @@ func validSuite(s string) bool {
 	return false
 }
 
-func printResult(w io.Writer, r backend.Result) {
+func printResult(w io.Writer, r validation.Result) {
 	m := r.Metrics
 	fmt.Fprintf(w, "%-24s %-38s %-11s %-10.7f %-9.3g %-9.3g %.2fs", r.Name, r.Shape, r.Status, m.Cosine, m.NRMSE, m.MaxAbs, r.Seconds)
 	if r.RowsChecked > 0 && strings.HasPrefix(r.Name, "kimi_m") {
@@ -235,13 +235,13 @@ func writeSuiteCases(dir, suite string, specs []validation.CaseSpec) error {
 // validateSummary is validate's last line: the cases passed, and apart
 // those the backend refused as unsupported, which are not failures of its
 // arithmetic; and the count passed, which sets the exit status.
-func validateSummary(res []backend.Result, name string, took time.Duration) (string, int) {
+func validateSummary(res []validation.Result, name string, took time.Duration) (string, int) {
 	passed, unsupported := 0, 0
 	for _, r := range res {
 		switch {
 		case r.Passed():
 			passed++
-		case r.Status == backend.StatusUnsupported:
+		case r.Status == validation.StatusUnsupported:
 			unsupported++
 		}
 	}

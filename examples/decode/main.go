@@ -106,7 +106,7 @@ func main() {
 		m := validation.Compare(validation.Widen(out), ref)
 		fmt.Printf("step %d: %2d of %d slots local, forward %8.3f ms (host clock), vs oracle: %v\n",
 			step, local, kimi.TopK, float64(elapsed.Microseconds())/1e3, m)
-		if m.Cosine < backend.MinCosine || m.NRMSE > backend.MaxNRMSE {
+		if m.Cosine < validation.MinCosine || m.NRMSE > validation.MaxNRMSE {
 			log.Fatalf("step %d: output differs from the oracle beyond the thresholds", step)
 		}
 	}

@@ -74,7 +74,7 @@ func main() {
 	}
 	m := validation.Compare(got, ref)
 	fmt.Printf("%d rows against the oracle: %v\n", len(rows), m)
-	if m.Cosine < backend.MinCosine || m.NRMSE > backend.MaxNRMSE {
+	if m.Cosine < validation.MinCosine || m.NRMSE > validation.MaxNRMSE {
 		log.Fatal("the output differs from the oracle beyond the thresholds")
 	}
 }

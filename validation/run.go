@@ -1,14 +1,14 @@
-package backend
+package validation
 
 import (
 	"errors"
 	"fmt"
-	"kimimoe/validation"
 	"math"
 	"slices"
 	"time"
 
 	"kimimoe/activation"
+	"kimimoe/backend"
 	"kimimoe/moe"
 	"kimimoe/mxfp"
 )
@@ -24,8 +24,8 @@ const (
 	MaxNRMSE  = 1e-3
 )
 
-// ValidateOptions configures Validate.
-type ValidateOptions struct {
+// RunOptions configures Run.
+type RunOptions struct {
 	Suite       string // smoke, real, large, all
 	Activation  activation.Kind
 	Chain       moe.Chain
@@ -51,22 +51,22 @@ type ValidateOptions struct {
 const (
 	StatusPass        = "PASS"
 	StatusFail        = "FAIL"
-	StatusUnsupported = "UNSUPPORTED" // Prepare refused it with ErrUnsupported
+	StatusUnsupported = "UNSUPPORTED" // Prepare refused it with backend.ErrUnsupported
 	StatusError       = "ERROR"
 )
 
 // Result is one case's outcome.
 type Result struct {
-	Name          string             `json:"name"`
-	Shape         string             `json:"shape"`
-	Status        string             `json:"status"` // PASS, FAIL, UNSUPPORTED, ERROR
-	Metrics       validation.Metrics `json:"metrics"`
-	RowsChecked   int                `json:"rows_checked"`
-	Deterministic bool               `json:"deterministic"`
-	GraphChecked  bool               `json:"graph_checked"`
-	GraphEqual    bool               `json:"graph_equal"`
-	Seconds       float64            `json:"seconds"`
-	Detail        string             `json:"detail,omitempty"`
+	Name          string  `json:"name"`
+	Shape         string  `json:"shape"`
+	Status        string  `json:"status"` // PASS, FAIL, UNSUPPORTED, ERROR
+	Metrics       Metrics `json:"metrics"`
+	RowsChecked   int     `json:"rows_checked"`
+	Deterministic bool    `json:"deterministic"`
+	GraphChecked  bool    `json:"graph_checked"`
+	GraphEqual    bool    `json:"graph_equal"`
+	Seconds       float64 `json:"seconds"`
+	Detail        string  `json:"detail,omitempty"`
 }
 
 // Passed reports whether the result is a pass.
@@ -85,12 +85,12 @@ type weightKey struct {
 // Validate runs a suite of the validation matrix on b and compares each
 // case with the oracle. It returns an error only for a bad request (unknown
 // suite, SiTU required but missing); case failures are in the results.
-func Validate(b Backend, opts ValidateOptions) ([]Result, error) {
+func Run(b backend.Backend, opts RunOptions) ([]Result, error) {
 	caps := b.Capabilities()
 	if opts.RequireSitu && !slices.Contains(caps.Activations, activation.Situ) {
-		return nil, fmt.Errorf("%w: backend %q cannot run SiTU (--require-situ); use the %q backend", ErrUnsupported, b.Name(), GoName)
+		return nil, fmt.Errorf("%w: backend %q cannot run SiTU (--require-situ); use the %q backend", backend.ErrUnsupported, b.Name(), backend.GoName)
 	}
-	specs, err := validation.ValidationMatrix(opts.Suite, opts.Activation, opts.Chain, opts.Recipe)
+	specs, err := ValidationMatrix(opts.Suite, opts.Activation, opts.Chain, opts.Recipe)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +98,7 @@ func Validate(b Backend, opts ValidateOptions) ([]Result, error) {
 		opts.Runs = 3
 	}
 	if opts.Only != nil {
-		var keep []validation.CaseSpec
+		var keep []CaseSpec
 		for _, s := range specs {
 			if slices.Contains(opts.Only, s.Name) {
 				keep = append(keep, s)
@@ -107,7 +107,7 @@ func Validate(b Backend, opts ValidateOptions) ([]Result, error) {
 		specs = keep
 	}
 	weights := map[weightKey]*moe.Weights{}
-	layers := map[weightKey]Layer{}
+	layers := map[weightKey]backend.Layer{}
 	oracles := map[weightKey]*moe.Oracle{}
 	defer func() {
 		for _, l := range layers {
@@ -129,19 +129,19 @@ func Validate(b Backend, opts ValidateOptions) ([]Result, error) {
 		w := weights[key]
 		var err error
 		if w == nil {
-			w, err = validation.GenerateWeights(s)
+			w, err = GenerateWeights(s)
 			weights[key] = w
 		}
-		var c *validation.Case
+		var c *Case
 		if err == nil {
-			c, err = validation.GenerateCase(s, w)
+			c, err = GenerateCase(s, w)
 		}
 		if err == nil {
 			err = runCase(&r, b, c, s, key, layers, oracles, opts)
 		}
 		if err != nil {
 			r.Status, r.Detail = StatusError, err.Error()
-			if errors.Is(err, ErrUnsupported) {
+			if errors.Is(err, backend.ErrUnsupported) {
 				r.Status = StatusUnsupported
 			}
 		}
@@ -162,7 +162,7 @@ func Validate(b Backend, opts ValidateOptions) ([]Result, error) {
 func perExpertParams(e int) []activation.Params {
 	ps := make([]activation.Params, e)
 	for i := range ps {
-		f := 1 + float64(i)/8
+		f := 1 + float64(float64(i)/8) // no fused multiply-add: the same factors on every machine
 		p := activation.DefaultParams()
 		for _, q := range activation.AllParams() {
 			q.Set(&p, q.Get(&p)*f)
@@ -180,8 +180,8 @@ func quantizedInput(in moe.Input, k int, r mxfp.Recipe) moe.Input {
 	return in
 }
 
-func runCase(r *Result, b Backend, c *validation.Case, s *validation.CaseSpec, key weightKey,
-	layers map[weightKey]Layer, oracles map[weightKey]*moe.Oracle, opts ValidateOptions) error {
+func runCase(r *Result, b backend.Backend, c *Case, s *CaseSpec, key weightKey,
+	layers map[weightKey]backend.Layer, oracles map[weightKey]*moe.Oracle, opts RunOptions) error {
 	runs := opts.Runs
 	layer := layers[key]
 	if layer == nil {
@@ -199,7 +199,7 @@ func runCase(r *Result, b Backend, c *validation.Case, s *validation.CaseSpec, k
 		}
 		oracles[key] = o
 	}
-	rows := validation.SampleRows(s.M, s.SampleRows, s.Seed)
+	rows := SampleRows(s.M, s.SampleRows, s.Seed)
 	r.RowsChecked = len(rows)
 	var argRows []int
 	if s.SampleRows > 0 {
@@ -236,9 +236,9 @@ func runCase(r *Result, b Backend, c *validation.Case, s *validation.CaseSpec, k
 	for i, v := range ref {
 		ref[i] = float64(float32(v))
 	}
-	r.Metrics = validation.Compare(validation.Widen(outs[0]), ref)
+	r.Metrics = Compare(Widen(outs[0]), ref)
 
-	if gl, ok := layer.(GraphLayer); ok && s.SampleRows == 0 {
+	if gl, ok := layer.(backend.GraphLayer); ok && s.SampleRows == 0 {
 		r.GraphChecked, r.GraphEqual = true, true
 		for range 2 {
 			g := make([]float32, s.M*k)
