@@ -56,6 +56,36 @@ type benchRow struct {
 }
 
 func runBench(args []string) error {
+	cfg, err := parseBench(args)
+	if err != nil || cfg == nil {
+		return err
+	}
+	res, err := measureBench(cfg)
+	if err != nil {
+		return err
+	}
+	return reportBench(cfg, res)
+}
+
+// benchConfig is bench's command line, checked, for one device.
+type benchConfig struct {
+	name                   string // the backend
+	ms                     []int
+	rounds, warmup, copyMB int
+	graph, profile         bool
+	chain                  moe.Chain
+	peak                   float64
+	jsonPath, plotPath     string
+	plotFmt                string
+	peers                  []*peerDoc // the plot's, read and matched to the layer
+	tuning                 cuda.Tuning
+	shape                  benchLayer
+	spec                   validation.CaseSpec // the shape's, with --k and --n applied
+}
+
+// parseBench reads and checks bench's flags. With --devices it runs that
+// bench itself and returns a nil config.
+func parseBench(args []string) (*benchConfig, error) {
 	fs := newFlags("bench", "[--backend cuda] [--m 1,128,512,2048,8192] [--rounds 20] [--json FILE]")
 	name := fs.String("backend", "cuda", "backend (must time on a device)")
 	msFlag := fs.String("m", "1,2,4,8,16,32,128,256,512,1024,2048,8192", "token counts")
@@ -75,139 +105,142 @@ func runBench(args []string) error {
 	shapeName := fs.String("shape", "kimi", "the benched layer: kimi (Kimi-K3 EP32 rank 7, SiTU), gpt-oss-120b or gpt-oss-20b (the whole layer on one GPU, swiglu_oai with FC biases)")
 	gf := addGroupFlags(fs, "replicated, dispatch, both", "both")
 	if err := parse(fs, args); err != nil {
-		return err
+		return nil, err
 	}
 	group, err := gf.check(*name)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	chain, err := moe.ParseChain(*chainName)
 	if err != nil {
-		return asUsage(err)
+		return nil, asUsage(err)
 	}
 	shape, err := benchShape(*shapeName, chain)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, d := range []struct {
 		flag string
 		v    int
 	}{{"--k", *kFlag}, {"--n", *nFlag}} {
 		if d.v < 0 || d.v%32 != 0 {
-			return usagef("%s %d: must be a positive multiple of 32 (MX blocks), or 0 for Kimi's", d.flag, d.v)
+			return nil, usagef("%s %d: must be a positive multiple of 32 (MX blocks), or 0 for Kimi's", d.flag, d.v)
 		}
 	}
 	if err := checkJSONOutput(*jsonPath, peerPaths(*peersPath)...); err != nil {
-		return err
+		return nil, err
 	}
 	var plotFmt string
 	if *plotPath != "" {
 		var kind outputKind
 		if plotFmt, kind, err = plotFormat(*plotPath); err != nil {
-			return err
+			return nil, err
 		}
 		if err := checkOutput("plot", *plotPath, kind, append(peerPaths(*peersPath), inputsOf(*jsonPath)...)...); err != nil {
-			return err
+			return nil, err
 		}
-	}
-	if group {
-		ms, err := parseTokenCounts(*msFlag)
-		if err != nil {
-			return err
-		}
-		if gf.perRank {
-			return usagef("bench --devices runs all devices from one process (unset RANK/WORLD_SIZE)")
-		}
-		if *kFlag != 0 || *nFlag != 0 || *shapeName != "kimi" {
-			return usagef("--k, --n and --shape: not with --devices (it benches the Kimi shape)")
-		}
-		if len(ms) > 16 || *rounds < 1 || *warmup < 0 {
-			return usagef("--m: at most 16 token counts; --rounds at least 1, --warmup at least 0")
-		}
-		if err := refuseTune(*name, *tune, "with --devices"); err != nil {
-			return err
-		}
-		return runBenchDevices(gf, benchOptions{ms: ms, rounds: *rounds, warmup: *warmup, chain: chain, jsonPath: *jsonPath})
-	}
-	out := os.Stdout // the table; with --json - it goes to stderr
-	if *jsonPath == "-" {
-		out = os.Stderr
 	}
 	ms, err := parseTokenCounts(*msFlag)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	if group {
+		if gf.perRank {
+			return nil, usagef("bench --devices runs all devices from one process (unset RANK/WORLD_SIZE)")
+		}
+		if *kFlag != 0 || *nFlag != 0 || *shapeName != "kimi" {
+			return nil, usagef("--k, --n and --shape: not with --devices (it benches the Kimi shape)")
+		}
+		if len(ms) > 16 || *rounds < 1 || *warmup < 0 {
+			return nil, usagef("--m: at most 16 token counts; --rounds at least 1, --warmup at least 0")
+		}
+		if err := refuseTune(*name, *tune, "with --devices"); err != nil {
+			return nil, err
+		}
+		return nil, runBenchDevices(gf, benchOptions{ms: ms, rounds: *rounds, warmup: *warmup, chain: chain, jsonPath: *jsonPath})
 	}
 	if len(ms) > 16 {
-		return usagef("--m: at most 16 token counts (a layer keeps the buffers of 16 at once)")
+		return nil, usagef("--m: at most 16 token counts (a layer keeps the buffers of 16 at once)")
 	}
 	if *rounds < 1 || *warmup < 0 || *copyMB < 1 || !(*peak > 0) {
-		return usagef("--rounds must be at least 1, --warmup at least 0, --copy-mb at least 1, --fp8-peak positive")
+		return nil, usagef("--rounds must be at least 1, --warmup at least 0, --copy-mb at least 1, --fp8-peak positive")
 	}
 	tuning, err := parseTune(*name, *tune)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	spec := shape.spec
+	cfg := &benchConfig{name: *name, ms: ms, rounds: *rounds, warmup: *warmup, copyMB: *copyMB, graph: *graph, profile: *profile,
+		chain: chain, peak: *peak, jsonPath: *jsonPath, plotPath: *plotPath, plotFmt: plotFmt, tuning: tuning, shape: shape, spec: shape.spec}
 	if *kFlag != 0 {
-		spec.K = *kFlag
+		cfg.spec.K = *kFlag
 	}
 	if *nFlag != 0 {
-		spec.N = *nFlag
+		cfg.spec.N = *nFlag
 	}
-	// The plot's peers, read and matched to this layer before the run.
-	var peers []*peerDoc
 	if *plotPath != "" {
-		if peers, err = readPeers(*peersPath); err != nil {
-			return err
+		if cfg.peers, err = readPeers(*peersPath); err != nil {
+			return nil, err
 		}
-		if err := samePeerLayer("bench --shape "+*shapeName, spec.K, spec.N, peers); err != nil {
-			return err
+		if err := samePeerLayer("bench --shape "+*shapeName, cfg.spec.K, cfg.spec.N, cfg.peers); err != nil {
+			return nil, err
 		}
 	}
-	b, err := backend.Open(*name)
+	return cfg, nil
+}
+
+// benchResult is what one bench measured.
+type benchResult struct {
+	backend, device string
+	rows            []benchRow
+	bandwidth       float64 // copy bandwidth, bytes/s
+	timing          string  // how the forwards were timed
+	elapsed         time.Duration
+	profiles        []map[string]float64 // with --profile: per M, each kernel's ms
+}
+
+// measureBench prepares the layer and times every M in interleaved
+// rounds, then measures the copy bandwidth the floor uses.
+func measureBench(cfg *benchConfig) (*benchResult, error) {
+	b, err := backend.Open(cfg.name)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer b.Close()
 	meter, ok := b.(backend.BandwidthMeter)
 	if !ok {
-		return fmt.Errorf("backend %q cannot measure device bandwidth; bench needs a GPU backend", *name)
+		return nil, fmt.Errorf("backend %q cannot measure device bandwidth; bench needs a GPU backend", cfg.name)
 	}
-
+	spec := cfg.spec
 	p := newProgress()
-	p.update("generating the %s weights (%d experts, K=%d, N=%d)", shape.name, spec.ELocal, spec.K, spec.N)
+	defer p.done()
+	p.update("generating the %s weights (%d experts, K=%d, N=%d)", cfg.shape.name, spec.ELocal, spec.K, spec.N)
 	w, err := validation.GenerateWeights(&spec)
 	if err != nil {
-		p.done()
-		return err
+		return nil, err
 	}
 	p.update("preparing the layer on %s", b.Name())
 	layer, err := b.Prepare(w, spec.LayerSpec())
 	if err != nil {
-		p.done()
-		return err
+		return nil, err
 	}
 	defer layer.Close()
-	if tuning != (cuda.Tuning{}) {
-		if err := layer.(interface{ SetTuning(cuda.Tuning) error }).SetTuning(tuning); err != nil {
-			p.done()
-			return err
+	if cfg.tuning != (cuda.Tuning{}) {
+		if err := layer.(interface{ SetTuning(cuda.Tuning) error }).SetTuning(cfg.tuning); err != nil {
+			return nil, err
 		}
 	}
 	timer, ok := layer.(backend.Timer)
 	if !ok {
-		p.done()
-		return fmt.Errorf("backend %q cannot time a forward on a device", *name)
+		return nil, fmt.Errorf("backend %q cannot time a forward on a device", cfg.name)
 	}
+	res := &benchResult{backend: b.Name(), device: b.Capabilities().Device, rows: make([]benchRow, len(cfg.ms)), timing: "CUDA events"}
 	perExpert := int64(len(w.W31)+len(w.W31Scale)+len(w.W2)+len(w.W2Scale)+4*len(w.W31Bias)+4*len(w.W2Bias)) / int64(w.E)
-	rows := make([]benchRow, len(ms))
-	for j, m := range ms {
+	for j, m := range cfg.ms {
 		s := spec
 		s.Name, s.M, s.Seed = fmt.Sprintf("bench_m%d", m), m, uint64(m)
 		c, err := validation.GenerateCase(&s, w)
 		if err != nil {
-			p.done()
-			return err
+			return nil, err
 		}
 		touched := map[int]bool{}
 		pairs := 0
@@ -217,7 +250,7 @@ func runBench(args []string) error {
 				pairs++
 			}
 		}
-		r := &rows[j]
+		r := &res.rows[j]
 		r.M, r.LocalPairs, r.Experts = m, pairs, len(touched)
 		if pf, ok := layer.(interface{ PlanFor(m, topk int) cuda.Plan }); ok {
 			plan := pf.PlanFor(m, s.TopK)
@@ -229,52 +262,69 @@ func runBench(args []string) error {
 		r.FLOPs = float64(pairs) * 2 * float64(3*spec.N*spec.K)
 		p.update("uploading M=%d", m)
 		if err := timer.Upload(&c.Input); err != nil {
-			p.done()
-			return err
+			return nil, err
 		}
-		for range *warmup {
-			if _, err := timer.TimeForward(m, *graph); err != nil {
-				p.done()
-				return err
+		for range cfg.warmup {
+			if _, err := timer.TimeForward(m, cfg.graph); err != nil {
+				return nil, err
 			}
 		}
 	}
 	start := time.Now()
-	for round := range *rounds {
-		for k := range ms { // rotate the order each round
-			j := (k + round) % len(ms)
-			p.update("round %d/%d, M=%d", round+1, *rounds, ms[j])
-			t, err := timer.TimeForward(ms[j], *graph)
+	for round := range cfg.rounds {
+		for k := range cfg.ms { // rotate the order each round
+			j := (k + round) % len(cfg.ms)
+			p.update("round %d/%d, M=%d", round+1, cfg.rounds, cfg.ms[j])
+			t, err := timer.TimeForward(cfg.ms[j], cfg.graph)
 			if err != nil {
-				p.done()
-				return err
+				return nil, err
 			}
-			rows[j].SamplesMS = append(rows[j].SamplesMS, t)
+			res.rows[j].SamplesMS = append(res.rows[j].SamplesMS, t)
 		}
 	}
-	timing := "CUDA events"
+	res.elapsed = time.Since(start)
 	if tm, ok := layer.(interface{ TimingMethod() (string, error) }); ok {
 		method, err := tm.TimingMethod()
 		if err != nil {
-			p.done()
-			return err
+			return nil, err
 		}
-		timing += ", " + method
+		res.timing += ", " + method
 	}
 	p.update("measuring copy bandwidth")
-	bw, err := meter.CopyBandwidth(*copyMB<<20, 20)
-	p.done()
-	if err != nil {
-		return err
+	if res.bandwidth, err = meter.CopyBandwidth(cfg.copyMB<<20, 20); err != nil {
+		return nil, err
 	}
-	fmt.Fprintf(out, "kimimoe bench: backend %s (%s), %s\n", b.Name(), b.Capabilities().Device, time.Now().UTC().Format("2006-01-02"))
-	title := shape.title
-	if spec.K != shape.spec.K || spec.N != shape.spec.N {
+	if prof, ok := layer.(interface {
+		Profile(m int) (map[string]float64, error)
+	}); ok && cfg.profile {
+		for _, m := range cfg.ms {
+			p.update("profiling M=%d", m)
+			steps, err := prof.Profile(m)
+			if err != nil {
+				return nil, err
+			}
+			res.profiles = append(res.profiles, steps)
+		}
+	}
+	return res, nil
+}
+
+// reportBench prints the table (to stderr with --json -) and writes the
+// plot and the JSON.
+func reportBench(cfg *benchConfig, res *benchResult) error {
+	out := os.Stdout
+	if cfg.jsonPath == "-" {
+		out = os.Stderr
+	}
+	spec, rows, bw := &cfg.spec, res.rows, res.bandwidth
+	fmt.Fprintf(out, "kimimoe bench: backend %s (%s), %s\n", res.backend, res.device, time.Now().UTC().Format("2006-01-02"))
+	title := cfg.shape.title
+	if spec.K != cfg.shape.spec.K || spec.N != cfg.shape.spec.N {
 		title += " routing at a smaller layer"
 	}
-	fmt.Fprintf(out, "shape: %s, %s; graph=%v\n", title, describeSpec(&spec), *graph)
+	fmt.Fprintf(out, "shape: %s, %s; graph=%v\n", title, describeSpec(spec), cfg.graph)
 	fmt.Fprintf(out, "floor = max(bytes / %.2f TB/s (copy, measured now), FLOPs / %.0f TFLOP/s (FP8 peak, torch._scaled_mm on the H200)); median of %d interleaved rounds (%s) in %.1fs\n",
-		bw/1e12, *peak, *rounds, timing, time.Since(start).Seconds())
+		bw/1e12, cfg.peak, cfg.rounds, res.timing, res.elapsed.Seconds())
 	fmt.Fprintf(out, "%6s %8s %8s %10s %10s %10s %9s %9s %9s %8s  %s\n", "M", "experts", "MB", "median ms", "min ms", "max ms", "GB/s", "TFLOP/s", "floor ms", "x floor", "path")
 	for j := range rows {
 		r := &rows[j]
@@ -282,7 +332,7 @@ func runBench(args []string) error {
 		sec := r.MedianMS / 1e3
 		r.GBps = float64(r.Bytes) / sec / 1e9
 		r.TFLOPs = r.FLOPs / sec / 1e12
-		memMS, fpMS := float64(r.Bytes)/bw*1e3, r.FLOPs/(*peak*1e12)*1e3
+		memMS, fpMS := float64(r.Bytes)/bw*1e3, r.FLOPs/(cfg.peak*1e12)*1e3
 		r.FloorMS, r.FloorBound = memMS, "memory"
 		if fpMS > memMS {
 			r.FloorMS, r.FloorBound = fpMS, "compute"
@@ -291,54 +341,49 @@ func runBench(args []string) error {
 		fmt.Fprintf(out, "%6d %8d %8.1f %10.4f %10.4f %10.4f %9.0f %9.1f %9.4f %8.2f  %s\n",
 			r.M, r.Experts, float64(r.Bytes)/1e6, r.MedianMS, r.MinMS, r.MaxMS, r.GBps, r.TFLOPs, r.FloorMS, r.RatioToFloor, r.Path)
 	}
-	if tuning != (cuda.Tuning{}) {
-		fmt.Fprintf(out, "launch policy overridden: --tune %s\n", tuning)
+	if cfg.tuning != (cuda.Tuning{}) {
+		fmt.Fprintf(out, "launch policy overridden: --tune %s\n", cfg.tuning)
 	}
 	for _, r := range rows {
 		if r.Plan != "" {
 			fmt.Fprintf(out, "plan %s\n", r.Plan)
 		}
 	}
-	if prof, ok := layer.(interface {
-		Profile(m int) (map[string]float64, error)
-	}); ok && *profile {
+	if len(res.profiles) > 0 {
 		fmt.Fprintln(out, "per-kernel device time of one eager forward, ms:")
-		for _, m := range ms {
-			steps, err := prof.Profile(m)
-			if err != nil {
-				return err
-			}
+		for i, steps := range res.profiles {
 			var names []string
 			for n := range steps {
 				names = append(names, n)
 			}
 			sort.Strings(names)
-			fmt.Fprintf(out, "  M=%-5d", m)
+			fmt.Fprintf(out, "  M=%-5d", cfg.ms[i])
 			for _, n := range names {
 				fmt.Fprintf(out, " %s %.4f", n, steps[n])
 			}
 			fmt.Fprintln(out)
 		}
 	}
-	if *plotPath != "" {
-		doc := benchDoc{Backend: b.Name(), Device: b.Capabilities().Device, Date: time.Now().UTC().Format(time.RFC3339), Shape: title, Rows: rows}
-		data, err := drawPlot(plotFmt, &doc, peers)
+	date := time.Now().UTC().Format(time.RFC3339)
+	if cfg.plotPath != "" {
+		doc := benchDoc{Backend: res.backend, Device: res.device, Date: date, Shape: title, Rows: rows}
+		data, err := drawPlot(cfg.plotFmt, &doc, cfg.peers)
 		if err != nil {
 			return err
 		}
-		if err := writeOutput(*plotPath, data); err != nil {
+		if err := writeOutput(cfg.plotPath, data); err != nil {
 			return err
 		}
 	}
-	if *jsonPath != "" {
-		doc := map[string]any{"backend": b.Name(), "device": b.Capabilities().Device, "date": time.Now().UTC().Format(time.RFC3339), "k": spec.K, "n": spec.N,
+	if cfg.jsonPath != "" {
+		doc := map[string]any{"backend": res.backend, "device": res.device, "date": date, "k": spec.K, "n": spec.N,
 			"shape": title, "biases": spec.Biases, "activation": spec.Activation.String(),
-			"copy_bandwidth_bytes_per_s": bw, "fp8_peak_tflops": *peak, "graph": *graph, "chain": chain.String(), "rounds": *rounds, "timing": timing, "rows": rows}
+			"copy_bandwidth_bytes_per_s": bw, "fp8_peak_tflops": cfg.peak, "graph": cfg.graph, "chain": cfg.chain.String(), "rounds": cfg.rounds, "timing": res.timing, "rows": rows}
 		data, err := json.MarshalIndent(doc, "", "  ")
 		if err != nil {
 			return err
 		}
-		if err := writeJSON(*jsonPath, append(data, '\n')); err != nil {
+		if err := writeJSON(cfg.jsonPath, append(data, '\n')); err != nil {
 			return err
 		}
 	}
