@@ -103,6 +103,9 @@ func (l *Layer) replay(ws *workspace) error {
 
 // Upload copies in to the device for TimeForward (backend.Timer).
 func (l *Layer) Upload(in *moe.Input) error {
+	if err := in.Validate(l.w.K, l.numGlobal); err != nil {
+		return err
+	}
 	return l.b.locked(func() error {
 		if _, err := l.upload(in); err != nil {
 			return err

@@ -163,14 +163,11 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 	return ws, nil
 }
 
-// upload validates in and copies it to the workspace for in.M, recording
-// its input form.
+// upload copies in, which the caller has validated (checkDst, Upload or
+// the group's check), to the workspace for in.M, recording its input form.
 func (l *Layer) upload(in *moe.Input) (*workspace, error) {
 	if l.closed {
 		return nil, fmt.Errorf("%w: the layer is closed", backend.ErrClosed)
-	}
-	if err := in.Validate(l.w.K, l.numGlobal); err != nil {
-		return nil, err
 	}
 	ws, err := l.workspace(in.M, in.TopK)
 	if err != nil {
