@@ -13,7 +13,8 @@ report and the diagnosis when the output is wrong; it returns the JSON
 report when it is right. CheckError means the check could not be made (a
 bad case, a wrong shape).
 
-dump_case's arguments (torch tensors on any device; copied to the CPU):
+dump_case's arguments (torch tensors on any device, copied to the CPU, or
+numpy arrays, with no torch needed):
   x             [M, K] float32/bfloat16/float16 (or x_q [M, K] uint8 E4M3 codes
                 / float8_e4m3fn with x_scale [M, K/32] uint8 E8M0)
   topk_ids      [M, topk] int32/int64 global expert ids (-1 masks a slot)
@@ -50,18 +51,17 @@ __all__ = ["dump_case", "assert_moe_close", "reference", "run_check", "CheckErro
 
 def dump_case(path, **kw):
     """Write a case file from torch tensors or numpy arrays (the module doc
-    lists the arguments). The writer is torch code: numpy arrays are taken
-    as torch tensors, so torch must be installed."""
-    arrays = [k for k, v in kw.items() if _numpy.is_array(v)]
-    try:
+    lists the arguments). With any torch tensor among them the torch writer
+    runs (numpy arrays are taken as tensors); with numpy arrays alone the
+    numpy writer does, torch or no torch. Both write the same bytes."""
+    if not any(_numpy.is_array(v) for v in kw.values()) or any(type(v).__module__.startswith("torch") for v in kw.values()):
         from ._torch import dump_case as _dump
-    except ImportError as e:
-        raise ImportError("dump_case needs torch (arguments %s are numpy arrays; pass them where torch is installed)"
-                          % (", ".join(arrays) or "none")) from e
-    if arrays:
-        import torch
-        kw = {k: torch.from_numpy(v) if k in arrays else v for k, v in kw.items()}
-    _dump(path, **kw)
+        arrays = [k for k, v in kw.items() if _numpy.is_array(v)]
+        if arrays:
+            import torch
+            kw = {k: torch.from_numpy(v) if k in arrays else v for k, v in kw.items()}
+        return _dump(path, **kw)
+    return _numpy.dump_case(path, **kw)
 
 
 def assert_moe_close(out, case_path, *, kimimoe=None, tensor="out", args=(), timeout=DEFAULT_TIMEOUT_S):

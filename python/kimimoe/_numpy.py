@@ -22,3 +22,60 @@ def write_candidate(path, out, tensor="out"):
         raise ValueError("the output has shape %s; want [M, K]" % (out.shape,))
     raw = out.astype(out.dtype.newbyteorder("<"), copy=False).tobytes(order="C")
     _safetensors.write(path, {tensor: (name, tuple(out.shape), raw)})
+
+
+# safetensors names of the numpy dtypes a case holds.
+_CASE_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16",
+                "int64": "I64", "int32": "I32", "uint8": "U8"}
+
+
+class _Ops:
+    """numpy's part of _case.dump_case (bfloat16 and the float8 codes as
+    ml_dtypes' numpy dtypes)."""
+
+    def __init__(self, np):
+        self.np = np
+
+    def arange(self, n):
+        return self.np.arange(n)
+
+    def cat(self, ts, dim):
+        return self.np.concatenate(ts, axis=dim)
+
+    def stack(self, ts):
+        return self.np.stack(ts)
+
+    def u8(self, name, t):
+        if t.dtype.name in ("float8_e4m3fn", "float8_e8m0fnu"):
+            t = t.view(self.np.uint8)
+        if t.dtype != self.np.uint8:
+            raise TypeError("%s: expected uint8 codes, got %s" % (name, t.dtype))
+        return self.np.ascontiguousarray(t)
+
+    def host(self, t):
+        return t
+
+    def cast(self, t, dtype):
+        return t.astype(dtype)
+
+    def is_float(self, t):
+        return t.dtype.name in ("float32", "bfloat16", "float16")
+
+    def entry(self, t):
+        name = _CASE_DTYPES.get(t.dtype.name)
+        if name is None:
+            raise TypeError("cannot store dtype %s" % t.dtype)
+        return (name, tuple(t.shape), t.astype(t.dtype.newbyteorder("<"), copy=False).tobytes(order="C"))
+
+
+def dump_case(path, **kw):
+    """Write a kimimoe case file from numpy arrays (see the package doc),
+    with no torch."""
+    import numpy as np
+    from . import _case
+    _case.dump_case(_Ops(np), path, **{k: np.asarray(v) if k in _ARRAY_ARGS and v is not None else v for k, v in kw.items()})
+
+
+# dump_case's array arguments (lists are taken as arrays too).
+_ARRAY_ARGS = ("topk_ids", "topk_weights", "w31", "w31_scale", "w2", "w2_scale", "x", "x_q", "x_scale",
+               "w31_bias", "w2_bias", "router_logits", "correction_bias")

@@ -93,32 +93,53 @@ class TorchTest(unittest.TestCase):
         self.assertEqual((md["activation"], md["swiglu_limit"]), ("swiglu_oai", "5.0"))
 
 
-@unittest.skipUnless(torch is not None and EXE, "needs torch and the kimimoe command")
+@unittest.skipUnless(torch is not None, "needs torch")
 class NumpyDumpTest(unittest.TestCase):
-    """dump_case takes numpy arrays where torch is installed, and the case
-    they make checks like the torch tensors' (skipped without numpy)."""
+    """dump_case's numpy writer (numpy arrays alone) writes the bytes its
+    torch writer does, every layout conversion included (skipped without
+    numpy); and it runs where torch cannot be imported."""
 
-    def test_numpy_arguments(self):
+    def kw(self, layout, scales):
+        g = torch.Generator().manual_seed(5)
+        e, k, n, m = 2, 256, 64, 3
+        r31, r2 = torch.randint(0, 256, (e, 2 * n, k // 32), generator=g, dtype=torch.uint8), \
+            torch.randint(0, 256, (e, k, n // 32), generator=g, dtype=torch.uint8)
+        if scales == "swizzled":  # any bytes: the writer only moves them
+            r31 = torch.randint(0, 256, (e, 256 * 4), generator=g, dtype=torch.uint8)
+            r2 = torch.randint(0, 256, (e, 256 * 4), generator=g, dtype=torch.uint8)
+        return dict(x=torch.randn(m, k, generator=g), topk_ids=torch.tensor([[0, 1], [1, 0], [0, 1]], dtype=torch.int64),
+                    topk_weights=torch.full((m, 2), 0.5, dtype=torch.float64), activation="swiglu_oai", swiglu_limit=[7.0, 6.5],
+                    w31=torch.randint(0, 256, (e, 2 * n, k // 2), generator=g, dtype=torch.uint8), w31_scale=r31,
+                    w2=torch.randint(0, 256, (e, k, n // 2), generator=g, dtype=torch.uint8), w2_scale=r2,
+                    w31_bias=torch.randn(e, 2 * n, generator=g), w2_bias=torch.randn(e, k, generator=g),
+                    fc1_layout=layout, scale_layout=scales, chain="bf16")
+
+    def test_numpy_writer_matches_torch_writer(self):
         try:
-            import numpy as np
+            import numpy  # noqa: F401
         except ImportError:
             self.skipTest("no numpy")
-        import torch
-        import kimimoe
-        g = torch.Generator().manual_seed(5)
-        e, k, n, m = 2, 64, 32, 3
-        kw = dict(x=torch.randn(m, k, generator=g), topk_ids=torch.tensor([[0, 1], [1, 0], [0, 1]], dtype=torch.int32),
-                  topk_weights=torch.full((m, 2), 0.5), activation="situ",
-                  w31=torch.randint(0, 256, (e, 2 * n, k // 2), generator=g, dtype=torch.uint8),
-                  w31_scale=torch.full((e, 2 * n, k // 32), 120, dtype=torch.uint8),
-                  w2=torch.randint(0, 256, (e, k, n // 2), generator=g, dtype=torch.uint8),
-                  w2_scale=torch.full((e, k, n // 32), 120, dtype=torch.uint8))
+        from kimimoe import _numpy
         with tempfile.TemporaryDirectory() as d:
-            a, b = os.path.join(d, "t.safetensors"), os.path.join(d, "n.safetensors")
-            kimimoe.dump_case(a, **kw)
-            kimimoe.dump_case(b, **{key: v.numpy() if torch.is_tensor(v) else v for key, v in kw.items()})
-            with open(a, "rb") as fa, open(b, "rb") as fb:
-                self.assertEqual(fa.read(), fb.read())
+            for layout in ("up_gate", "gate_up", "interleaved"):
+                for scales in ("linear", "swizzled"):
+                    kw = self.kw(layout, scales)
+                    a, b = os.path.join(d, "t.safetensors"), os.path.join(d, "n.safetensors")
+                    kimimoe.dump_case(a, **kw)
+                    kimimoe.dump_case(b, **{key: v.numpy() if torch.is_tensor(v) else v for key, v in kw.items()})
+                    with open(a, "rb") as fa, open(b, "rb") as fb:
+                        self.assertEqual(fa.read(), fb.read(), "%s, %s scales" % (layout, scales))
+            # Without torch: a child process that cannot import it.
+            code = ("import sys; sys.modules['torch'] = None; sys.path.insert(0, %r); import numpy as np, kimimoe; "
+                    "kimimoe.dump_case(%r, x=np.ones((1, 64), np.float32), topk_ids=np.zeros((1, 1), np.int32), "
+                    "topk_weights=np.ones((1, 1), np.float32), w31=np.zeros((1, 64, 32), np.uint8), "
+                    "w31_scale=np.full((1, 64, 2), 127, np.uint8), w2=np.zeros((1, 64, 16), np.uint8), "
+                    "w2_scale=np.full((1, 64, 1), 127, np.uint8), activation='situ')") % (
+                os.path.join(os.path.dirname(__file__), ".."), os.path.join(d, "no_torch.safetensors"))
+            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            _, md = _safetensors.read(os.path.join(d, "no_torch.safetensors"))
+            self.assertEqual(md["activation"], "situ")
 
 
 if __name__ == "__main__":
