@@ -29,7 +29,7 @@ var kernelFiles embed.FS
 // The generated wgmma shapes (wgmma_gen.go) come before the first GEMM
 // that issues one.
 var kernelOrder = []string{
-	"common.cuh", "formats.cuh", "mma.cuh", "activation.cuh", "ptx.cuh",
+	"common.cuh", "formats.cuh", "mma.cuh", "activation.cuh", "ptx.cuh", "epilogue.cuh",
 	"quantize.cu", "routing.cu", "grouped.cu", "wgmma_shapes", "wgmma.cu",
 	"fp4_widen.cuh", "fp4_wgmma.cu", "fp4_sync.cu", "fp4_gemm.cu",
 	"decode.cu", "finalize.cu", "ep.cu",
@@ -373,7 +373,7 @@ func KernelProgram() string { return abiHeader() + kernelSource }
 // testOrder is the test module's files: the device functions the test
 // kernels (kernels/test.cu) run alone, without the GEMMs, so that it
 // compiles in seconds.
-var testOrder = []string{"common.cuh", "formats.cuh", "mma.cuh", "activation.cuh", "ptx.cuh", "fp4_widen.cuh", "test.cu"}
+var testOrder = []string{"common.cuh", "formats.cuh", "mma.cuh", "activation.cuh", "ptx.cuh", "epilogue.cuh", "fp4_widen.cuh", "test.cu"}
 
 // testProgram is the test module's source.
 func testProgram() string {
