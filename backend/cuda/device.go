@@ -29,7 +29,7 @@ type Backend struct {
 	mu     sync.Mutex
 	dev    int
 	name   string
-	arch   string
+	arch   archSpec
 	sms    int
 	ctx    cu.Context
 	stream cu.Stream
@@ -104,16 +104,8 @@ func open(ord int) (*Backend, error) {
 		}
 		*a.dst = v
 	}
-	switch cc := major*10 + minor; {
-	case cc == 90:
-		b.arch = ArchSM90a // the wgmma path's instructions; the code runs on sm_90 only
-	case cc == 89:
-		b.arch = fmt.Sprintf("sm_%d", cc)
-	case cc >= 120 && cc < 130:
-		b.arch = ArchSM120a
-	default:
-		return nil, fmt.Errorf("%w: %s is sm_%d%d; the kernels need sm_89, sm_90 or sm_120 (FP8 mma.sync); use the %q backend",
-			backend.ErrUnsupported, b.name, major, minor, backend.GoName)
+	if b.arch, err = archFor(major, minor); err != nil {
+		return nil, fmt.Errorf("%w: %s is %v; use the %q backend", backend.ErrUnsupported, b.name, err, backend.GoName)
 	}
 	if b.ctx, err = cu.PrimaryCtxRetain(dev); err != nil {
 		return nil, err
@@ -122,7 +114,7 @@ func open(ord int) (*Backend, error) {
 		cu.PrimaryCtxRelease(dev)
 		return nil, err
 	}
-	cubin, err := CompileFor(b.arch, false)
+	cubin, err := b.arch.compile()
 	if err == nil {
 		b.module, err = cu.ModuleLoadData(cubin)
 	}

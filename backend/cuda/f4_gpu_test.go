@@ -381,7 +381,7 @@ func TestF4LargeTiles(t *testing.T) {
 // was refused.
 func TestF4Padded(t *testing.T) {
 	b := openCUDAOrSkip(t)
-	if b.arch != ArchSM90a {
+	if !b.arch.wgmma {
 		t.Skipf("the wgmma-fp4 path needs sm_90a; this device is %s", b.arch)
 	}
 	oss := moe.GPTOSS20B()
@@ -486,7 +486,7 @@ func TestF4W3(t *testing.T) {
 // row (and read the next expert's weights), so other bits.
 func TestF4W3Spare(t *testing.T) {
 	b := openCUDAOrSkip(t)
-	if b.arch != ArchSM90a {
+	if !b.arch.wgmma {
 		t.Skipf("the wgmma-fp4 path needs sm_90a; this device is %s", b.arch)
 	}
 	oss := moe.GPTOSS20B()

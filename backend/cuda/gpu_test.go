@@ -457,7 +457,7 @@ func prepare(t *testing.T, b *Backend, s *validation.CaseSpec, w *moe.Weights) (
 func kimiSM90aLayer(t *testing.T, what string) (*Backend, *Layer, *validation.CaseSpec, *moe.Weights, *moe.Oracle) {
 	t.Helper()
 	b := openCUDAOrSkip(t)
-	if b.arch != ArchSM90a {
+	if !b.arch.wgmma {
 		t.Skipf("%s needs sm_90a; this device is %s", what, b.arch)
 	}
 	s := validation.KimiEP32Rank7(activation.Situ, moe.ChainMXFP8, mxfp.RecipeRCeil)
@@ -616,7 +616,7 @@ func testModule(t *testing.T, b *Backend) cu.Module {
 	if m, ok := testModules[b]; ok {
 		return m
 	}
-	cubin, err := compileCached(testProgram(), "test.cu", b.arch, compileOptions(b.arch, false))
+	cubin, err := compileCached(testProgram(), "test.cu", b.arch.target, b.arch.options())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,16 +9,6 @@ import (
 	"kimimoe/backend/cuda/internal/cubin"
 )
 
-// compileOptions are NVRTC's options for the kernels on arch. --fmad=false
-// keeps every multiply and add rounded where the contract rounds.
-func compileOptions(arch string, nativeMX bool) []string {
-	opts := []string{"--gpu-architecture=" + arch, "-std=c++17", "--fmad=false", "-default-device"}
-	if nativeMX {
-		opts = append(opts, "-DKMOE_NATIVE_MX")
-	}
-	return opts
-}
-
 // CompileFor compiles the embedded kernels with NVRTC for arch (e.g.
 // "sm_90", "sm_120a") and returns the cubin, using the disk cache. With
 // nativeMX the block-scaled MMA uses the native kind::mxf8f6f4.block_scale

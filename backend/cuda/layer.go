@@ -209,8 +209,8 @@ func (l *Layer) uploadWeights() error {
 func (l *Layer) uploadWG() error {
 	w := l.w
 	switch {
-	case l.b.arch != ArchSM90a:
-		l.wg.whyNot = "the device is " + l.b.arch
+	case !l.b.arch.wgmma:
+		l.wg.whyNot = "the device is " + l.b.arch.target
 		return nil
 	case wgTileRows(w) == 0:
 		l.wg.whyNot = fmt.Sprintf("K=%d, N=%d", w.K, w.N)
@@ -226,8 +226,8 @@ func (l *Layer) uploadWG() error {
 // it is available, else records why not.
 func (l *Layer) uploadF4() error {
 	w := l.w
-	if l.b.arch != ArchSM90a {
-		l.f4.whyNot = "the device is " + l.b.arch
+	if !l.b.arch.wgmma {
+		l.f4.whyNot = "the device is " + l.b.arch.target
 		return nil
 	}
 	if l.f4.whyNot = f4Available(w); l.f4.whyNot != "" {

@@ -143,7 +143,7 @@ func (b *Backend) flushL2(mode Flush) error {
 		return cu.MemsetD32(b.flush, 0, timingFlushBytes/4, b.stream)
 	}
 	if b.timing == nil {
-		cubin, err := compileCached(timingProgram(), "flush.cu", b.arch, compileOptions(b.arch, false))
+		cubin, err := compileCached(timingProgram(), "flush.cu", b.arch.target, b.arch.options())
 		if err != nil {
 			return err
 		}
