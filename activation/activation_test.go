@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"kimimoe/internal/testref"
+	"kimimoe/internal/testutil/testref"
 )
 
 // ABI values and the gated set, read from FlashInfer 0.6.18

@@ -13,7 +13,7 @@ import (
 
 	"kimimoe/backend"
 	"kimimoe/backend/backendtest"
-	"kimimoe/internal/numpyref"
+	"kimimoe/internal/testutil/numpyref"
 	"kimimoe/validation"
 )
 

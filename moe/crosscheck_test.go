@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"kimimoe/internal/numpyref"
+	"kimimoe/internal/testutil/numpyref"
 	"kimimoe/moe"
 	"kimimoe/validation"
 )

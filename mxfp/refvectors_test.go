@@ -4,7 +4,7 @@ import (
 	"math"
 	"testing"
 
-	"kimimoe/internal/testref"
+	"kimimoe/internal/testutil/testref"
 )
 
 // The vectors in ../testdata/ref/formats.safetensors were made on the GPU
