@@ -74,6 +74,7 @@ var hypotheses = []hypothesis{
 	{"routing_weights_not_applied", "the top-k weights never multiplied in: each slot's row added with weight 1", routingWeightsNotApplied},
 	{"topk_truncated", "only the first j of the top-k slots summed", topKTruncated},
 	{"ep_mask_wrapped", "a -1 (masked) slot taken as the last local expert, as Python's index -1 does (vLLM #46408, #48371)", epMaskWrapped},
+	{"x_rounded_to_bf16", "x rounded to BF16 before its MXFP8 quantization, so the block amax and the codes come from BF16 values (torchao #4725, MLX #4353)", xRoundedToBF16},
 	{"situ_up_unsaturated", "SiTU's up branch left linear, its linear_beta saturation dropped (transformers #48890)", situUpUnsaturated},
 }
 

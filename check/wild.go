@@ -2,9 +2,11 @@ package check
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"kimimoe/activation"
+	"kimimoe/mxfp"
 	"kimimoe/validation"
 )
 
@@ -192,4 +194,28 @@ func uniformScale(c *validation.Case, s float64) variant {
 	w := func(t, slot int, _ int32) float64 { return s * float64(c.Input.TopKWeights[t*c.Input.TopK+slot]) }
 	d := withWeights(c, false, w)
 	return variant{fmt.Sprintf("the output scaled by %.6g (a routed scaling factor applied twice or missed?)", s), d}
+}
+
+// xRoundedToBF16 stands for an MXFP8 quantization of x that works on x
+// rounded to BF16 first (its amax and its codes), where the contract
+// quantizes the float32 x given.
+func xRoundedToBF16(c *validation.Case) ([]variant, string) {
+	if c.Input.X == nil {
+		return nil, "x is given quantized"
+	}
+	if c.Spec.Chain.BF16X() {
+		return nil, fmt.Sprintf("the %v chain takes x as BF16", c.Spec.Chain)
+	}
+	x := make([]float32, len(c.Input.X))
+	same := true
+	for i, v := range c.Input.X {
+		x[i] = mxfp.RoundBF16(v)
+		same = same && math.Float32bits(x[i]) == math.Float32bits(v)
+	}
+	if same {
+		return nil, "x's values are all BF16 values"
+	}
+	d := clone(c)
+	d.Input.X = x
+	return []variant{{"x rounded to BF16 before its MXFP8 quantization (the block amax and codes taken from BF16 values)", d}}, ""
 }

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -65,6 +66,15 @@ func TestDiagnoseNamesTheWildMistakes(t *testing.T) {
 				if id == -1 {
 					d.Input.TopKIDs[i] = int32(c.Weights.E - 1)
 				}
+			}
+			return d
+		}},
+		{"x_rounded_to_bf16", "x rounded to BF16", false, func(c *validation.Case) *validation.Case {
+			d := copyCase(c)
+			d.Input.X = make([]float32, len(c.Input.X))
+			for i, v := range c.Input.X { // round to nearest even at bit 16 (the values are finite)
+				b := math.Float32bits(v)
+				d.Input.X[i] = math.Float32frombits((b + 0x7FFF + (b>>16)&1) &^ 0xFFFF)
 			}
 			return d
 		}},
