@@ -174,16 +174,12 @@ func (l *Layer) PlanFor(m, topk int) Plan {
 // of 128) where this says one of the two wgmma paths.
 func (l *Layer) PathFor(m int) string { return l.PlanFor(m, 1).Path.String() }
 
-// uploadWeights copies the weights and activation parameters to the
-// device: all or none.
+// uploadWeights copies the activation parameters, the biases and every
+// path's weights to the device: all or none.
 func (l *Layer) uploadWeights() error {
 	w, spec := l.w, l.spec
 	l.epRank = spec.EP.Normalize().Rank
-	d31, d31s := decodeW31(w)
-	d2, d2s := decodeW2(w)
-	ups := []upload{{&l.mx.w31, w.W31}, {&l.mx.w31s, w.W31Scale}, {&l.mx.w2, w.W2}, {&l.mx.w2s, w.W2Scale},
-		{&l.params, f32bytes(packParams(spec.Params))},
-		{&l.dec.w31, d31}, {&l.dec.w31s, d31s}, {&l.dec.w2, d2}, {&l.dec.w2s, d2s}}
+	ups := []upload{{&l.params, f32bytes(packParams(spec.Params))}}
 	// A bias the weights lack stays 0, which the kernels read as none.
 	if w.W31Bias != nil {
 		ups = append(ups, upload{&l.b1, f32bytes(w.W31Bias)})
@@ -192,51 +188,15 @@ func (l *Layer) uploadWeights() error {
 		ups = append(ups, upload{&l.b2, f32bytes(w.W2Bias)})
 	}
 	err := l.uploadAll(ups...)
-	if err == nil {
-		err = l.uploadWG()
-	}
-	if err == nil {
-		err = l.uploadF4() // uploadAll has waited for each copy
+	for _, p := range paths {
+		if err == nil {
+			err = p.upload(l) // uploadAll has waited for each copy
+		}
 	}
 	if err != nil {
 		return errors.Join(err, l.free())
 	}
 	return nil
-}
-
-// uploadWG arranges and uploads the weights for the wgmma path where it
-// is available, else records why not.
-func (l *Layer) uploadWG() error {
-	w := l.w
-	switch {
-	case !l.b.arch.wgmma:
-		l.wg.whyNot = "the device is " + l.b.arch.target
-		return nil
-	case wgTileRows(w) == 0:
-		l.wg.whyNot = fmt.Sprintf("K=%d, N=%d", w.K, w.N)
-		return nil
-	}
-	// GEMM1 at 128 rows a tile (two CTAs an SM: one's activation epilogue
-	// runs beside the other's MMAs), GEMM2 at wgTileRows'.
-	l.wg.rows = [2]int{128, wgTileRows(w)}
-	return l.uploadAll(upload{&l.wg.w31, wgW31(w, l.wg.rows[0])}, upload{&l.wg.w2, wgW2(w, l.wg.rows[1])})
-}
-
-// uploadF4 arranges and uploads the weights for the wgmma-fp4 path where
-// it is available, else records why not.
-func (l *Layer) uploadF4() error {
-	w := l.w
-	if !l.b.arch.wgmma {
-		l.f4.whyNot = "the device is " + l.b.arch.target
-		return nil
-	}
-	if l.f4.whyNot = f4Available(w); l.f4.whyNot != "" {
-		return nil
-	}
-	p31, s31 := f4W31(w)
-	p2, s2 := f4W2(w)
-	l.f4.k, l.f4.n = f4Dims(w)
-	return l.uploadAll(upload{&l.f4.w31, p31}, upload{&l.f4.w31s, s31}, upload{&l.f4.w2, p2}, upload{&l.f4.w2s, s2})
 }
 
 // upload is a host buffer and the layer field that gets its device copy.

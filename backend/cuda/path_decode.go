@@ -2,6 +2,20 @@
 
 package cuda
 
+// decodePath streams the weights in tiles (decode_layout.go), tokens on
+// the MMA's narrow side.
+type decodePath struct{}
+
+func (decodePath) steps(l *Layer, ws *workspace, p *Plan) []step { return l.decodeSteps(ws, p) }
+
+// upload copies the weights re-laid in the decode tiles; every device
+// runs this path.
+func (decodePath) upload(l *Layer) error {
+	d31, d31s := decodeW31(l.w)
+	d2, d2s := decodeW2(l.w)
+	return l.uploadAll(upload{&l.dec.w31, d31}, upload{&l.dec.w31s, d31s}, upload{&l.dec.w2, d2}, upload{&l.dec.w2s, d2s})
+}
+
 // decodeSteps are the decode path: prologue (quantize or copy x, route),
 // GEMM1 with the activation, GEMM2, finalize.
 func (l *Layer) decodeSteps(ws *workspace, p *Plan) []step {

@@ -2,6 +2,15 @@
 
 package cuda
 
+// fp4Path is the wgmma-fp4 GEMMs: MXFP4 weights widened to BF16 in
+// registers (sm_90; f4_layout.go).
+type fp4Path struct{}
+
+func (fp4Path) steps(l *Layer, ws *workspace, p *Plan) []step {
+	g1, g2 := l.f4Steps(ws, p)
+	return l.tiledSteps(ws, p, g1, g2)
+}
+
 // f4Steps are the wgmma-fp4 GEMMs (f4_layout.go): GEMM1 (with the
 // activation in its epilogue, or as kmoe_act_requant after it), then
 // GEMM2, on p.Loop's instances of p.Tile tokens. With p.TileReady GEMM2's
@@ -72,4 +81,21 @@ func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 				Ready: ready2, N: i32(np), K: i32(kp), ELocal: i32(w.E), ReadyTarget: i32(readyTarget2)})
 	}}}
 	return gemm1, gemm2
+}
+
+// upload arranges and uploads the weights for the wgmma-fp4 path where it
+// is available, else records why not.
+func (fp4Path) upload(l *Layer) error {
+	w := l.w
+	if !l.b.arch.wgmma {
+		l.f4.whyNot = "the device is " + l.b.arch.target
+		return nil
+	}
+	if l.f4.whyNot = f4Available(w); l.f4.whyNot != "" {
+		return nil
+	}
+	p31, s31 := f4W31(w)
+	p2, s2 := f4W2(w)
+	l.f4.k, l.f4.n = f4Dims(w)
+	return l.uploadAll(upload{&l.f4.w31, p31}, upload{&l.f4.w31s, s31}, upload{&l.f4.w2, p2}, upload{&l.f4.w2s, s2})
 }

@@ -86,6 +86,20 @@ func (l *Layer) prologueSteps(ws *workspace, p *Plan) []step {
 	}
 }
 
+// groupedPath is the mma.sync grouped GEMMs on the weights as given.
+type groupedPath struct{}
+
+func (groupedPath) steps(l *Layer, ws *workspace, p *Plan) []step {
+	g1, g2 := l.mxSteps(ws, p)
+	return l.tiledSteps(ws, p, g1, g2)
+}
+
+// upload copies the weights as given; every device runs this path.
+func (groupedPath) upload(l *Layer) error {
+	w := l.w
+	return l.uploadAll(upload{&l.mx.w31, w.W31}, upload{&l.mx.w31s, w.W31Scale}, upload{&l.mx.w2, w.W2}, upload{&l.mx.w2s, w.W2Scale})
+}
+
 // mxSteps are the mma.sync grouped GEMMs: GEMM1 with the activation and
 // requantization in its epilogue, then GEMM2.
 func (l *Layer) mxSteps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {

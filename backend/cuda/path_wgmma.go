@@ -2,6 +2,16 @@
 
 package cuda
 
+import "fmt"
+
+// wgmmaPath is the wgmma GEMMs on BF16 weights (sm_90; wg_layout.go).
+type wgmmaPath struct{}
+
+func (wgmmaPath) steps(l *Layer, ws *workspace, p *Plan) []step {
+	g1, g2 := l.wgSteps(ws, p)
+	return l.tiledSteps(ws, p, g1, g2)
+}
+
 // wgSteps are the wgmma GEMMs on BF16 weights (wg_layout.go): GEMM1 with
 // the activation in its epilogue, then GEMM2, at p.WGRows weight rows a
 // tile.
@@ -21,4 +31,22 @@ func (l *Layer) wgSteps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 				N: i32(w.N), K: i32(w.K), ELocal: i32(w.E)})
 	}}}
 	return gemm1, gemm2
+}
+
+// upload arranges and uploads the weights for the wgmma path where it is
+// available, else records why not.
+func (wgmmaPath) upload(l *Layer) error {
+	w := l.w
+	switch {
+	case !l.b.arch.wgmma:
+		l.wg.whyNot = "the device is " + l.b.arch.target
+		return nil
+	case wgTileRows(w) == 0:
+		l.wg.whyNot = fmt.Sprintf("K=%d, N=%d", w.K, w.N)
+		return nil
+	}
+	// GEMM1 at 128 rows a tile (two CTAs an SM: one's activation epilogue
+	// runs beside the other's MMAs), GEMM2 at wgTileRows'.
+	l.wg.rows = [2]int{128, wgTileRows(w)}
+	return l.uploadAll(upload{&l.wg.w31, wgW31(w, l.wg.rows[0])}, upload{&l.wg.w2, wgW2(w, l.wg.rows[1])})
 }

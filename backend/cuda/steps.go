@@ -53,23 +53,32 @@ func (ws *workspace) abiForm() int32 {
 	return abiFormQuantized
 }
 
+// path is one way of running a forward's GEMMs: the weights it keeps on
+// the device and its launches. Each path's file holds its type; paths
+// lists them, so adding a path is a type and a row there.
+type path interface {
+	// upload arranges and copies the path's weights where the device and
+	// the shape allow the path, else records why not and copies nothing.
+	upload(l *Layer) error
+	// steps are the launches of ws's plan p, in order, from the prologue
+	// to the finalize.
+	steps(l *Layer, ws *workspace, p *Plan) []step
+}
+
+// paths are the paths by Path, in the order their weights are uploaded.
+var paths = [...]path{PathGrouped: groupedPath{}, PathDecode: decodePath{}, PathWGMMA: wgmmaPath{}, PathFP4: fp4Path{}}
+
 // steps are the launches of ws's plan, in its order.
 func (l *Layer) steps(ws *workspace) []step {
 	p := ws.plan()
-	if p.Path == PathDecode {
-		return l.decodeSteps(ws, p)
-	}
-	var g1, g2 []step
-	switch p.Path {
-	case PathFP4:
-		g1, g2 = l.f4Steps(ws, p)
-	case PathWGMMA:
-		g1, g2 = l.wgSteps(ws, p)
-	default:
-		g1, g2 = l.mxSteps(ws, p)
-	}
-	steps := append(l.prologueSteps(ws, p), g1...)
-	return append(append(steps, g2...), l.finalizeStep(ws, p.Path == PathFP4 && p.PDL))
+	return paths[p.Path].steps(l, ws, p)
+}
+
+// tiledSteps are the steps of a path on token tiles: the prologue, its
+// GEMMs and the finalize.
+func (l *Layer) tiledSteps(ws *workspace, p *Plan, gemm1, gemm2 []step) []step {
+	steps := append(l.prologueSteps(ws, p), gemm1...)
+	return append(append(steps, gemm2...), l.finalizeStep(ws, p.Path == PathFP4 && p.PDL))
 }
 
 // finalizeStep sums each token's slots into the output (pdl: launched

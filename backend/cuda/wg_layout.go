@@ -97,7 +97,7 @@ func wgW2(w *moe.Weights, bn int) []uint8 {
 // 256 where K is a multiple of 256 (a quarter less operand traffic per
 // multiply-add of 128; measured in docs/PERF.md), else 128; K and N must
 // be multiples of abiStageK (whole 64-k chunks, 64-feature FC1 tiles).
-// GEMM1 runs 128-row tiles at every shape (uploadWG).
+// GEMM1 runs 128-row tiles at every shape (wgmmaPath.upload).
 func wgTileRows(w *moe.Weights) int {
 	switch {
 	case w.K%abiStageK != 0 || w.N%abiStageK != 0:
