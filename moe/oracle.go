@@ -3,6 +3,7 @@ package moe
 import (
 	"fmt"
 	"math"
+	"sync"
 
 	"kimimoe/activation"
 	"kimimoe/internal/parallel"
@@ -10,9 +11,9 @@ import (
 )
 
 // Oracle is the exact reference forward of one MoE layer on one EP rank.
-// NewOracle decodes the weights once (E2M1 codes to int8 at twice their
-// value); Forward may then be called any number of times, from several
-// goroutines.
+// Each expert's weights are decoded once, when a forward first routes a
+// token to it (E2M1 codes to int8 at twice their value); Forward may be
+// called any number of times, from several goroutines.
 //
 // Exactness. Within one 32-block an E4M3 x E2M1 product is an integer times
 // one power of two: with E4M3 values scaled by 2^9 and E2M1 values by 2, the
@@ -47,13 +48,38 @@ type Oracle struct {
 	spec      LayerSpec
 	w         *Weights
 	numGlobal int
-	w31       []int8 // [E, R, K] E2M1 values * 2
-	w2        []int8 // [E, K, N]
+	dec       *decodeTable // shared with the oracles Derive makes
 }
 
-// NewOracle validates spec against w and prepares the decode tables. It
+// decodeTable holds a layer's E2M1 codes decoded to int8 at twice their
+// value, per expert, each decoded on first use.
+type decodeTable struct {
+	w       *Weights
+	once    []sync.Once
+	w31, w2 [][]int8 // per expert: [R, K] and [K, N]; nil until decoded
+}
+
+func newDecodeTable(w *Weights) *decodeTable {
+	return &decodeTable{w: w, once: make([]sync.Once, w.E), w31: make([][]int8, w.E), w2: make([][]int8, w.E)}
+}
+
+// expert returns expert e's decoded FC1 and FC2, decoding them once.
+func (d *decodeTable) expert(e int) (w31, w2 []int8) {
+	d.once[e].Do(func() {
+		w := d.w
+		b31, b2 := w.Rows()*w.K/2, w.K*w.N/2 // packed bytes an expert
+		d.w31[e] = make([]int8, 2*b31)
+		d.w2[e] = make([]int8, 2*b2)
+		decodeFP4(d.w31[e], w.W31[e*b31:(e+1)*b31], 0, b31)
+		decodeFP4(d.w2[e], w.W2[e*b2:(e+1)*b2], 0, b2)
+	})
+	return d.w31[e], d.w2[e]
+}
+
+// NewOracle validates spec against w and prepares the decode table. It
 // keeps w (not copied); w must not change afterwards. Memory: one byte per
-// weight element (Kimi-K3, 28 local experts: 925 MB).
+// weight element of each expert a forward has used (Kimi-K3, all 28 local
+// experts: 925 MB).
 func NewOracle(w *Weights, spec LayerSpec) (*Oracle, error) {
 	if err := spec.Validate(w); err != nil {
 		return nil, err
@@ -62,18 +88,13 @@ func NewOracle(w *Weights, spec LayerSpec) (*Oracle, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &Oracle{spec: spec, w: w, numGlobal: numGlobal}
-	o.w31 = make([]int8, len(w.W31)*2)
-	o.w2 = make([]int8, len(w.W2)*2)
-	parallel.For(len(w.W31)/4096+1, func(i int) { decodeFP4(o.w31, w.W31, i*4096, min((i+1)*4096, len(w.W31))) })
-	parallel.For(len(w.W2)/4096+1, func(i int) { decodeFP4(o.w2, w.W2, i*4096, min((i+1)*4096, len(w.W2))) })
-	return o, nil
+	return &Oracle{spec: spec, w: w, numGlobal: numGlobal, dec: newDecodeTable(w)}, nil
 }
 
 // Derive returns an oracle for w and spec. When w holds o's FC1 and FC2
 // codes (the same slices: only scales, biases, spec or inputs differ) it
-// shares o's decode tables instead of decoding again, so trying many
-// specs on one layer costs one decode.
+// shares o's decode table instead of decoding again, so trying many specs
+// on one layer decodes each expert once.
 func (o *Oracle) Derive(w *Weights, spec LayerSpec) (*Oracle, error) {
 	if w == nil || !sameSlice(w.W31, o.w.W31) || !sameSlice(w.W2, o.w.W2) || w.E != o.w.E || w.N != o.w.N || w.K != o.w.K || w.Gated != o.w.Gated {
 		return NewOracle(w, spec)
@@ -85,7 +106,7 @@ func (o *Oracle) Derive(w *Weights, spec LayerSpec) (*Oracle, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Oracle{spec: spec, w: w, numGlobal: numGlobal, w31: o.w31, w2: o.w2}, nil
+	return &Oracle{spec: spec, w: w, numGlobal: numGlobal, dec: o.dec}, nil
 }
 
 // sameSlice reports whether a and b are the same slice of one array.
@@ -358,8 +379,8 @@ type expertWeights struct {
 func (o *Oracle) expert(e int) expertWeights {
 	w := o.w
 	r, n, k := w.Rows(), w.N, w.K
-	x := expertWeights{w31: o.w31[e*r*k : (e+1)*r*k], s31: w.W31Scale[e*r*k/32 : (e+1)*r*k/32],
-		w2: o.w2[e*k*n : (e+1)*k*n], s2: w.W2Scale[e*k*n/32 : (e+1)*k*n/32]}
+	w31, w2 := o.dec.expert(e)
+	x := expertWeights{w31: w31, s31: w.W31Scale[e*r*k/32 : (e+1)*r*k/32], w2: w2, s2: w.W2Scale[e*k*n/32 : (e+1)*k*n/32]}
 	if w.W31Bias != nil {
 		x.b1 = w.W31Bias[e*r : (e+1)*r]
 	}

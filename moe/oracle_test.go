@@ -50,7 +50,7 @@ func TestDeriveSharesDecodeTables(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if shared := &d.w31[0] == &base.w31[0]; shared != c.shared {
+		if shared := d.dec == base.dec; shared != c.shared {
 			t.Errorf("%s: tables shared %v, want %v", c.name, shared, c.shared)
 		}
 		fresh, _ := NewOracle(c.w, c.spec)
@@ -63,6 +63,44 @@ func TestDeriveSharesDecodeTables(t *testing.T) {
 			if got[i] != want[i] {
 				t.Fatalf("%s: out[%d] = %v, a fresh oracle gives %v", c.name, i, got[i], want[i])
 			}
+		}
+	}
+}
+
+// An expert's weights are decoded when a forward first routes a token to
+// it, and only then: a variant of a large layer checked on a few rows
+// decodes the few experts they use, with the values a whole decode gives.
+func TestOracleDecodesExpertsOnUse(t *testing.T) {
+	w := NewWeights(3, 32, 64, true)
+	for i := range w.W31 {
+		w.W31[i] = uint8(i * 11)
+	}
+	for i := range w.W2 {
+		w.W2[i] = uint8(i * 5)
+	}
+	spec := LayerSpec{Activation: activation.Situ, Params: []activation.Params{activation.DefaultParams()}, Chain: ChainExact, Recipe: mxfp.RecipeRCeil}
+	o, err := NewOracle(w, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &Input{M: 1, TopK: 1, X: make([]float32, 64), TopKIDs: []int32{1}, TopKWeights: []float32{1}}
+	if err := o.Forward(make([]float64, 64), in, nil); err != nil {
+		t.Fatal(err)
+	}
+	for e := range 3 {
+		if decoded := o.dec.w31[e] != nil; decoded != (e == 1) {
+			t.Errorf("expert %d decoded: %v after a forward routed to expert 1 only", e, decoded)
+		}
+	}
+	w31, w2 := o.dec.expert(1)
+	for i, b := range w.W31[len(w.W31)/3 : 2*len(w.W31)/3] {
+		if w31[2*i] != int8(2*mxfp.DecodeE2M1(b&0xF)) || w31[2*i+1] != int8(2*mxfp.DecodeE2M1(b>>4)) {
+			t.Fatalf("expert 1 FC1 byte %d (%#x) decoded to %d, %d", i, b, w31[2*i], w31[2*i+1])
+		}
+	}
+	for i, b := range w.W2[len(w.W2)/3 : 2*len(w.W2)/3] {
+		if w2[2*i] != int8(2*mxfp.DecodeE2M1(b&0xF)) || w2[2*i+1] != int8(2*mxfp.DecodeE2M1(b>>4)) {
+			t.Fatalf("expert 1 FC2 byte %d (%#x) decoded to %d, %d", i, b, w2[2*i], w2[2*i+1])
 		}
 	}
 }
