@@ -146,16 +146,23 @@ func Diagnose(c *validation.Case, r *Report) {
 			order[i] = i
 		}
 		slices.SortStableFunc(order, func(a, b int) int { return cmpRank(ps[a].res, ps[b].res) })
+		refined := 0
 		for _, i := range order[:min(refineHypotheses, len(order))] {
 			if p := &ps[i]; p.res.Skipped == "" && !math.IsNaN(float64(p.res.NRMSE)) {
 				r.opts.progress("diagnosis: %s on all %d sampled rows", p.res.Name, len(rows))
 				vs, _ := p.build(c)
 				p.res, _ = ev.measure(p.res, vs[p.best:p.best+1], rows)
+				refined++
+				// A hypothesis that reproduces the candidate exactly on every
+				// sampled row ranks first whatever the others measure.
+				if p.res.Matches && p.res.NRMSE == 0 {
+					break
+				}
 			}
 		}
 		r.DiagnosisNote = strings.TrimPrefix(r.DiagnosisNote+fmt.Sprintf(
 			"; every hypothesis screened on the %d sampled rows furthest from the oracle, the best %d measured on all %d",
-			len(screen), refineHypotheses, len(rows)), "; ")
+			len(screen), refined, len(rows)), "; ")
 	}
 	for _, p := range ps {
 		r.Diagnosis = append(r.Diagnosis, p.res)
