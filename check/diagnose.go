@@ -55,6 +55,7 @@ var hypotheses = []hypothesis{
 	{"gate_up_interleaved", "FC1's rows interleaved [g0, u0, g1, u1, ...] (triton_kernels' and GPT-OSS's layout) taken as halves, or halves taken as interleaved", gateUpInterleaved},
 	{"recipe_floor", "x (and the mxfp8 chain's intermediate) quantized with the floor recipe (OCP MX v1.0) instead of rceil", recipe(mxfp.RecipeFloor)},
 	{"recipe_rceil", "x (and the mxfp8 chain's intermediate) quantized with the rceil recipe instead of floor", recipe(mxfp.RecipeRCeil)},
+	{"recipe_round", "x (and the mxfp8 chain's intermediate) quantized with the block exponent rounded to nearest, log2(amax / maxpos), so about half the blocks clip (MLX #4353)", recipe(mxfp.RecipeRound)},
 	{"chain_exact", "the exact chain: no requantization of the intermediate", chain(moe.ChainExact)},
 	{"chain_mxfp8", "the mxfp8 chain: float64 intermediate requantized to MXFP8 with the layer's recipe", chain(moe.ChainMXFP8)},
 	{"chain_flashinfer", "the flashinfer chain: bf16 GEMM1 result and activation, MXFP8 rceil, bf16 GEMM2 rows summed in float32", chain(moe.ChainFlashInfer)},

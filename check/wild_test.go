@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"kimimoe/moe"
+	"kimimoe/mxfp"
 	"kimimoe/safetensors"
 	"kimimoe/validation"
 )
@@ -175,5 +176,43 @@ func TestProgressNamesEachStep(t *testing.T) {
 		if !strings.Contains(all, want) {
 			t.Errorf("progress lacks %q:\n%s", want, all)
 		}
+	}
+}
+
+// A kernel whose MXFP8 quantization of x rounds the block exponent to
+// nearest, log2(amax / 448) (MLX #4353), on the flashinfer chain, where x
+// alone takes the case's recipe: made here with math.Log2 and
+// EncodeE4M3, it fails and is named recipe_round, matched.
+func TestDiagnoseNamesRecipeRound(t *testing.T) {
+	c := testCase(t, moe.ChainFlashInfer, 1, 0, false)
+	m, k := c.Input.M, c.Weights.K
+	xq := mxfp.NewMXFP8Matrix(m, k)
+	for b := range m * k / 32 {
+		blk := c.Input.X[b*32 : b*32+32]
+		amax := 0.0
+		for _, v := range blk {
+			amax = math.Max(amax, math.Abs(float64(v)))
+		}
+		x := -127
+		if amax > 0 {
+			x = max(-127, min(127, int(math.Round(math.Log2(amax/448)))))
+		}
+		xq.Scales[b] = uint8(x + 127)
+		for i, v := range blk {
+			xq.Codes[b*32+i] = mxfp.EncodeE4M3(float32(float64(v) * math.Ldexp(1, -x)))
+		}
+	}
+	d := copyCase(c)
+	d.Input.X, d.Input.XQ = nil, xq
+	r, err := Compare(c, candidate(t, d), safetensors.F32, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Pass {
+		t.Fatalf("x quantized with the exponent rounded to nearest passes (NRMSE %g)", r.NRMSE)
+	}
+	Diagnose(c, r)
+	if best := r.Best(); best == nil || best.Name != "recipe_round" {
+		t.Errorf("diagnosis first: %+v, want recipe_round matched", r.Diagnosis[0])
 	}
 }

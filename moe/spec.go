@@ -113,7 +113,9 @@ func (s *LayerSpec) Validate(w *Weights) error {
 	if s.Chain < ChainExact || s.Chain > ChainMarlin {
 		return fmt.Errorf("moe: LayerSpec.Chain is %v: not a valid chain (exact, mxfp8, flashinfer, bf16 or marlin)", s.Chain)
 	}
-	if s.Recipe != mxfp.RecipeFloor && s.Recipe != mxfp.RecipeRCeil {
+	// RecipeRound is valid for the oracle, which check's diagnosis runs
+	// under it; no backend lists it, and no case file can name it.
+	if s.Recipe != mxfp.RecipeFloor && s.Recipe != mxfp.RecipeRCeil && s.Recipe != mxfp.RecipeRound {
 		return fmt.Errorf("moe: LayerSpec.Recipe is %v: not a valid recipe (floor or rceil)", s.Recipe)
 	}
 	_, err := s.EP.NumGlobal(w.E)
