@@ -207,6 +207,43 @@ func dotRow(w []int8, wScales []uint8, x qrow) float64 {
 	return acc
 }
 
+// pack2 lays two x rows out as one: element i is x0[i] + x1[i] * 2^32, so
+// that one 64-bit multiply-add serves both (dotRow2).
+func pack2(dst []int64, x0, x1 qrow) {
+	for i := range dst {
+		dst[i] = int64(x0.v[i]) + int64(x1.v[i])<<32
+	}
+}
+
+// dot32x2 is dot32 of one weight block with two packed x rows. The two
+// int32 sums ride in one int64, S = L + H * 2^32, exactly: |L| and |H| stay
+// below 2^27 (dot32's bound), so L is S's low 32 bits read as signed and
+// H is (S - L) / 2^32.
+func dot32x2(w *[32]int8, x *[32]int64) (int32, int32) {
+	var s0, s1, s2, s3 int64
+	for i := 0; i < 32; i += 4 {
+		s0 += int64(w[i]) * x[i]
+		s1 += int64(w[i+1]) * x[i+1]
+		s2 += int64(w[i+2]) * x[i+2]
+		s3 += int64(w[i+3]) * x[i+3]
+	}
+	s := s0 + s1 + s2 + s3
+	lo := int32(s)
+	return lo, int32((s - int64(lo)) >> 32)
+}
+
+// dotRow2 is dotRow for the two x rows packed in x (pack2), whose block
+// multipliers are sc0 and sc1: the same sums in the same order.
+func dotRow2(w []int8, wScales []uint8, x []int64, sc0, sc1 []float64) (float64, float64) {
+	acc0, acc1 := 0.0, 0.0
+	for b, s := range wScales {
+		d0, d1 := dot32x2((*[32]int8)(w[b*32:]), (*[32]int64)(x[b*32:]))
+		acc0 += float64(float64(d0) * scaleW[s] * sc0[b]) // float64(): no fused multiply-add (arm64)
+		acc1 += float64(float64(d1) * scaleW[s] * sc1[b])
+	}
+	return acc0, acc1
+}
+
 // dotRowFloat is dotRow for a float64 activation row (exact chain GEMM2).
 func dotRowFloat(w []int8, wScales []uint8, a []float64) float64 {
 	acc := 0.0
@@ -401,11 +438,22 @@ func (o *Oracle) expertForward(e int, pairs []pair, xs []qrow, y [][][]float64) 
 	}
 	ex := o.expert(e)
 	b1, b2, w31, s31, w2, s2 := ex.b1, ex.b2, ex.w31, ex.s31, ex.w2, ex.s2
+	// Tokens two at a time share each weight row's multiplies (dotRow2).
+	packed := make([][]int64, len(pairs)/2)
+	for q := range packed {
+		packed[q] = make([]int64, k)
+		pack2(packed[q], xs[pairs[2*q].tok], xs[pairs[2*q+1].tok])
+	}
 	for row := range r {
 		wr, sr := w31[row*k:(row+1)*k], s31[row*k/32:(row+1)*k/32]
-		for p, pr := range pairs {
-			h[p][row] = dotRow(wr, sr, xs[pr.tok])
-			if b1 != nil && o.spec.Chain != ChainFlashInfer {
+		for q, x := range packed {
+			h[2*q][row], h[2*q+1][row] = dotRow2(wr, sr, x, xs[pairs[2*q].tok].scale, xs[pairs[2*q+1].tok].scale)
+		}
+		if len(pairs)%2 == 1 {
+			h[len(pairs)-1][row] = dotRow(wr, sr, xs[pairs[len(pairs)-1].tok])
+		}
+		if b1 != nil && o.spec.Chain != ChainFlashInfer {
+			for p := range pairs {
 				h[p][row] += float64(b1[row])
 			}
 		}
@@ -413,38 +461,59 @@ func (o *Oracle) expertForward(e int, pairs []pair, xs []qrow, y [][][]float64) 
 
 	params := o.spec.ParamsFor(e)
 	kind := o.spec.Activation
-	a := make([]float64, n)
-	var aq qrow
 	quantized := o.spec.Chain != ChainExact
-	if quantized {
-		aq = newQRow(n)
-	}
+	// The activation of every pair first (requantized on the quantized
+	// chains), so that GEMM2 can take them two at a time.
+	as := make([][]float64, len(pairs))
+	aqs := make([]qrow, len(pairs))
 	codes := make([]uint8, n)
 	scales := make([]uint8, n/32)
 	a32 := make([]float32, n)
-	for p, pr := range pairs {
+	for p := range pairs {
+		a := make([]float64, n)
 		switch o.spec.Chain {
 		case ChainExact:
 			activation.Apply(a, kind, params, h[p])
 		case ChainMXFP8:
 			activation.Apply(a, kind, params, h[p])
 			mxfp.QuantizeMXFP8Float64(codes, scales, a, o.spec.Recipe)
-			aq.set(codes, scales)
 		case ChainFlashInfer:
 			flashInferActivation(a32, kind, params, h[p], b1)
 			mxfp.QuantizeMXFP8(codes, scales, a32, mxfp.RecipeRCeil)
-			aq.set(codes, scales)
 		}
-		out := y[pr.tok][pr.slot]
-		for row := range k {
-			wr, sr := w2[row*n:(row+1)*n], s2[row*n/32:(row+1)*n/32]
-			if quantized {
-				out[row] = dotRow(wr, sr, aq)
-			} else {
-				out[row] = dotRowFloat(wr, sr, a)
+		if quantized {
+			aqs[p] = newQRow(n)
+			aqs[p].set(codes, scales)
+		} else {
+			as[p] = a
+		}
+	}
+	var packed2 [][]int64
+	if quantized {
+		packed2 = make([][]int64, len(pairs)/2)
+		for q := range packed2 {
+			packed2[q] = make([]int64, n)
+			pack2(packed2[q], aqs[2*q], aqs[2*q+1])
+		}
+	}
+	for row := range k {
+		wr, sr := w2[row*n:(row+1)*n], s2[row*n/32:(row+1)*n/32]
+		if quantized {
+			for q, x := range packed2 {
+				y[pairs[2*q].tok][pairs[2*q].slot][row], y[pairs[2*q+1].tok][pairs[2*q+1].slot][row] =
+					dotRow2(wr, sr, x, aqs[2*q].scale, aqs[2*q+1].scale)
 			}
-			if b2 != nil && o.spec.Chain != ChainFlashInfer { // flashinfer: in the finalize
-				out[row] += float64(b2[row])
+			if last := len(pairs) - 1; len(pairs)%2 == 1 {
+				y[pairs[last].tok][pairs[last].slot][row] = dotRow(wr, sr, aqs[last])
+			}
+		} else {
+			for p, pr := range pairs {
+				y[pr.tok][pr.slot][row] = dotRowFloat(wr, sr, as[p])
+			}
+		}
+		if b2 != nil && o.spec.Chain != ChainFlashInfer { // flashinfer: in the finalize
+			for _, pr := range pairs {
+				y[pr.tok][pr.slot][row] += float64(b2[row])
 			}
 		}
 	}

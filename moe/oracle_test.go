@@ -104,3 +104,38 @@ func TestOracleDecodesExpertsOnUse(t *testing.T) {
 		}
 	}
 }
+
+// dot32x2 gives both rows' dot32 exactly, at the extremes of the bound
+// (every product at +-12 x 448 x 2^9, all one sign or mixed) and at random.
+func TestDot32x2(t *testing.T) {
+	const xMax = 448 * 512
+	var w [32]int8
+	var x0, x1 [32]int32
+	var packed [32]int64
+	check := func(what string) {
+		t.Helper()
+		for i := range packed {
+			packed[i] = int64(x0[i]) + int64(x1[i])<<32
+		}
+		d0, d1 := dot32x2(&w, &packed)
+		if d0 != dot32(&w, &x0) || d1 != dot32(&w, &x1) {
+			t.Fatalf("%s: dot32x2 = %d, %d; dot32 = %d, %d", what, d0, d1, dot32(&w, &x0), dot32(&w, &x1))
+		}
+	}
+	for _, signs := range [][3]int32{{1, 1, 1}, {1, -1, 1}, {-1, 1, -1}, {-1, -1, 1}, {1, 1, -1}} {
+		for i := range 32 {
+			w[i] = int8(12 * signs[0])
+			x0[i], x1[i] = xMax*signs[1], xMax*signs[2]
+		}
+		check("extreme")
+	}
+	seed := uint32(1)
+	next := func() int32 { seed = seed*1664525 + 1013904223; return int32(seed >> 8) }
+	for range 100000 {
+		for i := range 32 {
+			w[i] = int8(next()%25 - 12)
+			x0[i], x1[i] = next()%(2*xMax+1)-xMax, next()%(2*xMax+1)-xMax
+		}
+		check("random")
+	}
+}
