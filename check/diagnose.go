@@ -84,6 +84,10 @@ var hypotheses = []hypothesis{
 // hypothesis that explains the failure must explain.
 const screenRows = 4
 
+// screenKeep is how many hypotheses, best first after the screen's first
+// stage (one row), go on to its screenRows rows.
+const screenKeep = 10
+
 // refineHypotheses is how many hypotheses, best first after the screen,
 // are measured again on every sampled row.
 const refineHypotheses = 4
@@ -91,9 +95,11 @@ const refineHypotheses = 4
 // Diagnose re-runs the oracle under each hypothesis on at most
 // opts.MaxRows rows of the case (seeded samples; the report lists them) and
 // fills r.Diagnosis, sorted by NRMSE against the candidate, skipped
-// hypotheses last. Every variant is screened on the screenRows sampled
-// rows with the largest error; the best refineHypotheses hypotheses are
-// then measured on all sampled rows, and the others report their screen.
+// hypotheses last. Every variant is screened on the sampled row with the
+// largest error, the best screenKeep hypotheses again on the screenRows
+// rows with the largest error, and the best refineHypotheses of those on
+// all sampled rows (stopping at one that reproduces the candidate
+// exactly); the others report what they measured last.
 // When the candidate is the oracle times one factor, uniform_scale says
 // which.
 func Diagnose(c *validation.Case, r *Report) {
@@ -134,19 +140,37 @@ func Diagnose(c *validation.Case, r *Report) {
 		ps = append(ps, pending{res: Hypothesis{Name: "uniform_scale", What: "the output a constant times the oracle's"},
 			build: func(c *validation.Case) ([]variant, string) { return []variant{uniformScale(c, s)}, "" }})
 	}
+	// The screen's first stage takes the one worst row, the second the
+	// screenRows worst for the best screenKeep hypotheses of the first.
+	first := worstRows(r.got, ref, rows, k, 1)
 	for i := range ps {
 		vs, skip := ps[i].build(c)
 		if ps[i].res.Skipped = skip; skip == "" {
-			r.opts.progress("diagnosis: hypothesis %d/%d %s on %d rows", i+1, len(ps), ps[i].res.Name, len(screen))
-			ps[i].res, ps[i].best = ev.measure(ps[i].res, vs, screen)
+			r.opts.progress("diagnosis: hypothesis %d/%d %s on %d row", i+1, len(ps), ps[i].res.Name, len(first))
+			ps[i].res, ps[i].best = ev.measure(ps[i].res, vs, first)
 		}
 	}
-	if len(screen) < len(rows) {
-		order := make([]int, len(ps))
+	order := make([]int, len(ps))
+	ranked := func() {
 		for i := range order {
 			order[i] = i
 		}
 		slices.SortStableFunc(order, func(a, b int) int { return cmpRank(ps[a].res, ps[b].res) })
+	}
+	kept := 0
+	if len(screen) > len(first) {
+		ranked()
+		for _, i := range order[:min(screenKeep, len(order))] {
+			if p := &ps[i]; p.res.Skipped == "" && !math.IsNaN(float64(p.res.NRMSE)) {
+				r.opts.progress("diagnosis: %s on %d rows", p.res.Name, len(screen))
+				vs, _ := p.build(c)
+				p.res, p.best = ev.measure(p.res, vs, screen)
+				kept++
+			}
+		}
+	}
+	if len(screen) < len(rows) {
+		ranked()
 		refined := 0
 		for _, i := range order[:min(refineHypotheses, len(order))] {
 			if p := &ps[i]; p.res.Skipped == "" && !math.IsNaN(float64(p.res.NRMSE)) {
@@ -162,8 +186,8 @@ func Diagnose(c *validation.Case, r *Report) {
 			}
 		}
 		r.DiagnosisNote = strings.TrimPrefix(r.DiagnosisNote+fmt.Sprintf(
-			"; every hypothesis screened on the %d sampled rows furthest from the oracle, the best %d measured on all %d",
-			len(screen), refined, len(rows)), "; ")
+			"; every hypothesis screened on the sampled row furthest from the oracle, the best %d on the %d furthest, the best %d measured on all %d",
+			kept, len(screen), refined, len(rows)), "; ")
 	}
 	for _, p := range ps {
 		r.Diagnosis = append(r.Diagnosis, p.res)
