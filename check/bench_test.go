@@ -40,24 +40,13 @@ func BenchmarkCheckKimiM128(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	out := func(c *validation.Case) []float32 {
-		ref, err := c.OracleForward(nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		v := make([]float32, len(ref))
-		for i, x := range ref {
-			v[i] = float32(x)
-		}
-		return v
-	}
-	good := out(c)
+	good := candidate(b, c)
 	unweighted := copyCase(c)
 	unweighted.Input.TopKWeights = make([]float32, len(c.Input.TopKWeights))
 	for i := range unweighted.Input.TopKWeights {
 		unweighted.Input.TopKWeights[i] = 1
 	}
-	known := out(unweighted)
+	known := candidate(b, unweighted)
 	none := append([]float32(nil), good...)
 	for i := range none {
 		if (i/c.Weights.K)%2 == 0 {

@@ -58,7 +58,7 @@ func testCase(t *testing.T, chain moe.Chain, epSize, epRank int, biases bool) *v
 }
 
 // candidate is the oracle's output for c, as a float32 kernel would write it.
-func candidate(t *testing.T, c *validation.Case) []float32 {
+func candidate(t testing.TB, c *validation.Case) []float32 {
 	t.Helper()
 	ref, err := c.OracleForward(nil)
 	if err != nil {
