@@ -207,11 +207,30 @@ func dotRow(w []int8, wScales []uint8, x qrow) float64 {
 	return acc
 }
 
-// pack2 lays two x rows out as one: element i is x0[i] + x1[i] * 2^32, so
-// that one 64-bit multiply-add serves both (dotRow2).
-func pack2(dst []int64, x0, x1 qrow) {
-	for i := range dst {
-		dst[i] = int64(x0.v[i]) + int64(x1.v[i])<<32
+// packPairs lays rows out two at a time: element i of pair q is
+// rows[2q].v[i] + rows[2q+1].v[i] * 2^32, so that one 64-bit multiply-add
+// serves both (dotRows). An odd last row is left to dotRow.
+func packPairs(rows []qrow) [][]int64 {
+	packed := make([][]int64, len(rows)/2)
+	for q := range packed {
+		x0, x1 := rows[2*q].v, rows[2*q+1].v
+		packed[q] = make([]int64, len(x0))
+		for i := range x0 {
+			packed[q][i] = int64(x0[i]) + int64(x1[i])<<32
+		}
+	}
+	return packed
+}
+
+// dotRows writes dst[p] = dotRow(w, wScales, rows[p]) for every p, two rows
+// at a time through packed (packPairs(rows)): the same sums in the same
+// order.
+func dotRows(dst []float64, w []int8, wScales []uint8, rows []qrow, packed [][]int64) {
+	for q, x := range packed {
+		dst[2*q], dst[2*q+1] = dotRow2(w, wScales, x, rows[2*q].scale, rows[2*q+1].scale)
+	}
+	if last := len(rows) - 1; len(rows)%2 == 1 {
+		dst[last] = dotRow(w, wScales, rows[last])
 	}
 }
 
@@ -232,7 +251,7 @@ func dot32x2(w *[32]int8, x *[32]int64) (int32, int32) {
 	return lo, int32((s - int64(lo)) >> 32)
 }
 
-// dotRow2 is dotRow for the two x rows packed in x (pack2), whose block
+// dotRow2 is dotRow for the two x rows packed in x (packPairs), whose block
 // multipliers are sc0 and sc1: the same sums in the same order.
 func dotRow2(w []int8, wScales []uint8, x []int64, sc0, sc1 []float64) (float64, float64) {
 	acc0, acc1 := 0.0, 0.0
@@ -438,24 +457,20 @@ func (o *Oracle) expertForward(e int, pairs []pair, xs []qrow, y [][][]float64) 
 	}
 	ex := o.expert(e)
 	b1, b2, w31, s31, w2, s2 := ex.b1, ex.b2, ex.w31, ex.s31, ex.w2, ex.s2
-	// Tokens two at a time share each weight row's multiplies (dotRow2).
-	packed := make([][]int64, len(pairs)/2)
-	for q := range packed {
-		packed[q] = make([]int64, k)
-		pack2(packed[q], xs[pairs[2*q].tok], xs[pairs[2*q+1].tok])
+	// Tokens two at a time share each weight row's multiplies (dotRows).
+	xr := make([]qrow, len(pairs))
+	for p, pr := range pairs {
+		xr[p] = xs[pr.tok]
 	}
+	packed := packPairs(xr)
+	col := make([]float64, len(pairs))
 	for row := range r {
-		wr, sr := w31[row*k:(row+1)*k], s31[row*k/32:(row+1)*k/32]
-		for q, x := range packed {
-			h[2*q][row], h[2*q+1][row] = dotRow2(wr, sr, x, xs[pairs[2*q].tok].scale, xs[pairs[2*q+1].tok].scale)
-		}
-		if len(pairs)%2 == 1 {
-			h[len(pairs)-1][row] = dotRow(wr, sr, xs[pairs[len(pairs)-1].tok])
-		}
-		if b1 != nil && o.spec.Chain != ChainFlashInfer {
-			for p := range pairs {
-				h[p][row] += float64(b1[row])
+		dotRows(col, w31[row*k:(row+1)*k], s31[row*k/32:(row+1)*k/32], xr, packed)
+		for p, v := range col {
+			if b1 != nil && o.spec.Chain != ChainFlashInfer {
+				v += float64(b1[row])
 			}
+			h[p][row] = v
 		}
 	}
 
@@ -468,12 +483,14 @@ func (o *Oracle) expertForward(e int, pairs []pair, xs []qrow, y [][][]float64) 
 	aqs := make([]qrow, len(pairs))
 	codes := make([]uint8, n)
 	scales := make([]uint8, n/32)
+	a := make([]float64, n)
 	a32 := make([]float32, n)
 	for p := range pairs {
-		a := make([]float64, n)
 		switch o.spec.Chain {
 		case ChainExact:
-			activation.Apply(a, kind, params, h[p])
+			as[p] = make([]float64, n)
+			activation.Apply(as[p], kind, params, h[p])
+			continue
 		case ChainMXFP8:
 			activation.Apply(a, kind, params, h[p])
 			mxfp.QuantizeMXFP8Float64(codes, scales, a, o.spec.Recipe)
@@ -481,40 +498,28 @@ func (o *Oracle) expertForward(e int, pairs []pair, xs []qrow, y [][][]float64) 
 			flashInferActivation(a32, kind, params, h[p], b1)
 			mxfp.QuantizeMXFP8(codes, scales, a32, mxfp.RecipeRCeil)
 		}
-		if quantized {
-			aqs[p] = newQRow(n)
-			aqs[p].set(codes, scales)
-		} else {
-			as[p] = a
-		}
+		aqs[p] = newQRow(n)
+		aqs[p].set(codes, scales)
 	}
 	var packed2 [][]int64
 	if quantized {
-		packed2 = make([][]int64, len(pairs)/2)
-		for q := range packed2 {
-			packed2[q] = make([]int64, n)
-			pack2(packed2[q], aqs[2*q], aqs[2*q+1])
-		}
+		packed2 = packPairs(aqs)
 	}
 	for row := range k {
 		wr, sr := w2[row*n:(row+1)*n], s2[row*n/32:(row+1)*n/32]
 		if quantized {
-			for q, x := range packed2 {
-				y[pairs[2*q].tok][pairs[2*q].slot][row], y[pairs[2*q+1].tok][pairs[2*q+1].slot][row] =
-					dotRow2(wr, sr, x, aqs[2*q].scale, aqs[2*q+1].scale)
-			}
-			if last := len(pairs) - 1; len(pairs)%2 == 1 {
-				y[pairs[last].tok][pairs[last].slot][row] = dotRow(wr, sr, aqs[last])
-			}
+			dotRows(col, wr, sr, aqs, packed2)
 		} else {
-			for p, pr := range pairs {
-				y[pr.tok][pr.slot][row] = dotRowFloat(wr, sr, as[p])
+			for p := range pairs {
+				col[p] = dotRowFloat(wr, sr, as[p])
 			}
 		}
-		if b2 != nil && o.spec.Chain != ChainFlashInfer { // flashinfer: in the finalize
-			for _, pr := range pairs {
-				y[pr.tok][pr.slot][row] += float64(b2[row])
+		for p, pr := range pairs {
+			v := col[p]
+			if b2 != nil && o.spec.Chain != ChainFlashInfer { // flashinfer: in the finalize
+				v += float64(b2[row])
 			}
+			y[pr.tok][pr.slot][row] = v
 		}
 	}
 }
