@@ -15,18 +15,23 @@ def is_array(x):
 def write_candidate(path, out, tensor="out"):
     """Save a numpy array [M, K] (float32, float16 or ml_dtypes' bfloat16)
     as the candidate tensor of a safetensors file."""
-    name = _DTYPES.get(out.dtype.name)
-    if name is None:
+    if out.dtype.name not in _DTYPES:
         raise TypeError("the output has dtype %s; kimimoe check reads float32, bfloat16 or float16" % out.dtype)
     if out.ndim != 2:
         raise ValueError("the output has shape %s; want [M, K]" % (out.shape,))
-    raw = out.astype(out.dtype.newbyteorder("<"), copy=False).tobytes(order="C")
-    _safetensors.write(path, {tensor: (name, tuple(out.shape), raw)})
+    _safetensors.write(path, {tensor: _entry(out)})
 
 
 # safetensors names of the numpy dtypes a case holds.
-_CASE_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16",
-                "int64": "I64", "int32": "I32", "uint8": "U8"}
+_CASE_DTYPES = dict(_DTYPES, float64="F64", int64="I64", int32="I32", uint8="U8")
+
+
+def _entry(t):
+    """A safetensors entry (dtype, shape, little-endian C-order bytes) of t."""
+    name = _CASE_DTYPES.get(t.dtype.name)
+    if name is None:
+        raise TypeError("cannot store dtype %s" % t.dtype)
+    return (name, tuple(t.shape), t.astype(t.dtype.newbyteorder("<"), copy=False).tobytes(order="C"))
 
 
 class _Ops:
@@ -59,13 +64,9 @@ class _Ops:
         return t.astype(dtype)
 
     def is_float(self, t):
-        return t.dtype.name in ("float32", "bfloat16", "float16")
+        return t.dtype.name in _DTYPES
 
-    def entry(self, t):
-        name = _CASE_DTYPES.get(t.dtype.name)
-        if name is None:
-            raise TypeError("cannot store dtype %s" % t.dtype)
-        return (name, tuple(t.shape), t.astype(t.dtype.newbyteorder("<"), copy=False).tobytes(order="C"))
+    entry = staticmethod(_entry)
 
 
 def dump_case(path, **kw):
