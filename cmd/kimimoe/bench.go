@@ -57,8 +57,11 @@ type benchRow struct {
 
 func runBench(args []string) error {
 	cfg, err := parseBench(args)
-	if err != nil || cfg == nil {
+	if err != nil {
 		return err
+	}
+	if cfg.devices != nil {
+		return runBenchDevices(cfg.devices, benchOptions{ms: cfg.ms, rounds: cfg.rounds, warmup: cfg.warmup, chain: cfg.chain, jsonPath: cfg.jsonPath})
 	}
 	res, err := measureBench(cfg)
 	if err != nil {
@@ -67,9 +70,11 @@ func runBench(args []string) error {
 	return reportBench(cfg, res)
 }
 
-// benchConfig is bench's command line, checked, for one device.
+// benchConfig is bench's command line, checked. With --devices only
+// devices and the fields benchOptions takes are set.
 type benchConfig struct {
-	name                   string // the backend
+	devices                *groupFlags // --devices: the group bench
+	name                   string      // the backend
 	ms                     []int
 	rounds, warmup, copyMB int
 	graph, profile         bool
@@ -83,8 +88,7 @@ type benchConfig struct {
 	spec                   validation.CaseSpec // the shape's, with --k and --n applied
 }
 
-// parseBench reads and checks bench's flags. With --devices it runs that
-// bench itself and returns a nil config.
+// parseBench reads and checks bench's flags.
 func parseBench(args []string) (*benchConfig, error) {
 	fs := newFlags("bench", "[--backend cuda] [--m 1,128,512,2048,8192] [--rounds 20] [--json FILE]")
 	name := fs.String("backend", "cuda", "backend (must time on a device)")
@@ -157,7 +161,7 @@ func parseBench(args []string) (*benchConfig, error) {
 		if err := refuseTune(*name, *tune, "with --devices"); err != nil {
 			return nil, err
 		}
-		return nil, runBenchDevices(gf, benchOptions{ms: ms, rounds: *rounds, warmup: *warmup, chain: chain, jsonPath: *jsonPath})
+		return &benchConfig{devices: gf, ms: ms, rounds: *rounds, warmup: *warmup, chain: chain, jsonPath: *jsonPath}, nil
 	}
 	if len(ms) > 16 {
 		return nil, usagef("--m: at most 16 token counts (a layer keeps the buffers of 16 at once)")
