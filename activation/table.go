@@ -3,6 +3,7 @@ package activation
 import (
 	"fmt"
 	"math"
+	"strings"
 )
 
 // Param is one activation parameter: a float64 field of Params that some
@@ -18,15 +19,7 @@ type Param struct {
 }
 
 // Flag is the parameter's command-line flag name (Name with '-' for '_').
-func (q Param) Flag() string {
-	b := []byte(q.Name)
-	for i, c := range b {
-		if c == '_' {
-			b[i] = '-'
-		}
-	}
-	return string(b)
-}
+func (q Param) Flag() string { return strings.ReplaceAll(q.Name, "_", "-") }
 
 // Get returns the parameter's value in p.
 func (q Param) Get(p *Params) float64 { return *q.field(p) }
