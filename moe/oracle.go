@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"unsafe"
 
 	"kimimoe/activation"
 	"kimimoe/internal/parallel"
@@ -70,8 +71,8 @@ func (d *decodeTable) expert(e int) (w31, w2 []int8) {
 		b31, b2 := w.Rows()*w.K/2, w.K*w.N/2 // packed bytes an expert
 		d.w31[e] = make([]int8, 2*b31)
 		d.w2[e] = make([]int8, 2*b2)
-		decodeFP4(d.w31[e], w.W31[e*b31:(e+1)*b31], 0, b31)
-		decodeFP4(d.w2[e], w.W2[e*b2:(e+1)*b2], 0, b2)
+		decodeFP4(d.w31[e], w.W31[e*b31:(e+1)*b31])
+		decodeFP4(d.w2[e], w.W2[e*b2:(e+1)*b2])
 	})
 	return d.w31[e], d.w2[e]
 }
@@ -123,18 +124,27 @@ func (o *Oracle) NumGlobal() int { return o.numGlobal }
 // Weights returns the weights.
 func (o *Oracle) Weights() *Weights { return o.w }
 
-// e2m1Twice[c] is 2 * the value of E2M1 code c.
-var e2m1Twice = func() (t [16]int8) {
-	for c := range 16 {
-		t[c] = int8(2 * mxfp.DecodeE2M1(uint8(c)))
+// e2m1Pair[b] is packed byte b's two E2M1 codes at twice their value,
+// low nibble first, as the two int8s that one uint16 store writes in this
+// machine's byte order.
+var e2m1Pair = func() (t [256]uint16) {
+	for b := range 256 {
+		p := [2]int8{int8(2 * mxfp.DecodeE2M1(uint8(b&0xF))), int8(2 * mxfp.DecodeE2M1(uint8(b>>4)))}
+		t[b] = *(*uint16)(unsafe.Pointer(&p))
 	}
 	return
 }()
 
-func decodeFP4(dst []int8, packed []uint8, lo, hi int) {
-	for j := lo; j < hi; j++ {
-		b := packed[j]
-		dst[2*j], dst[2*j+1] = e2m1Twice[b&0xF], e2m1Twice[b>>4]
+// decodeFP4 writes the 2*len(packed) codes of packed to dst at twice their
+// value, element 2j from byte j's low nibble. One table load and one
+// two-byte store a byte run about 2.5x faster than a nibble at a time.
+func decodeFP4(dst []int8, packed []uint8) {
+	if len(packed) == 0 {
+		return
+	}
+	d := unsafe.Slice((*uint16)(unsafe.Pointer(&dst[:2*len(packed)][0])), len(packed))
+	for j, b := range packed {
+		d[j] = e2m1Pair[b]
 	}
 }
 
@@ -185,16 +195,18 @@ func (q qrow) set(codes, scales []uint8) {
 	}
 }
 
-// dot32 is the exact int32 dot product of one 32-block.
+// dot32 is the exact int32 dot product of one 32-block. It is written out
+// in full: the Go compiler does not unroll loops, and the unrolled sum
+// runs about 1.5x faster; integer sums are exact in any order.
 func dot32(w *[32]int8, x *[32]int32) int32 {
-	var s0, s1, s2, s3 int32
-	for i := 0; i < 32; i += 4 {
-		s0 += int32(w[i]) * x[i]
-		s1 += int32(w[i+1]) * x[i+1]
-		s2 += int32(w[i+2]) * x[i+2]
-		s3 += int32(w[i+3]) * x[i+3]
-	}
-	return s0 + s1 + s2 + s3
+	return int32(w[0])*x[0] + int32(w[1])*x[1] + int32(w[2])*x[2] + int32(w[3])*x[3] +
+		int32(w[4])*x[4] + int32(w[5])*x[5] + int32(w[6])*x[6] + int32(w[7])*x[7] +
+		int32(w[8])*x[8] + int32(w[9])*x[9] + int32(w[10])*x[10] + int32(w[11])*x[11] +
+		int32(w[12])*x[12] + int32(w[13])*x[13] + int32(w[14])*x[14] + int32(w[15])*x[15] +
+		int32(w[16])*x[16] + int32(w[17])*x[17] + int32(w[18])*x[18] + int32(w[19])*x[19] +
+		int32(w[20])*x[20] + int32(w[21])*x[21] + int32(w[22])*x[22] + int32(w[23])*x[23] +
+		int32(w[24])*x[24] + int32(w[25])*x[25] + int32(w[26])*x[26] + int32(w[27])*x[27] +
+		int32(w[28])*x[28] + int32(w[29])*x[29] + int32(w[30])*x[30] + int32(w[31])*x[31]
 }
 
 // dotRow is one GEMM output: sum over blocks of dot32 * both scales.
@@ -239,14 +251,14 @@ func dotRows(dst []float64, w []int8, wScales []uint8, rows []qrow, packed [][]i
 // below 2^27 (dot32's bound), so L is S's low 32 bits read as signed and
 // H is (S - L) / 2^32.
 func dot32x2(w *[32]int8, x *[32]int64) (int32, int32) {
-	var s0, s1, s2, s3 int64
-	for i := 0; i < 32; i += 4 {
-		s0 += int64(w[i]) * x[i]
-		s1 += int64(w[i+1]) * x[i+1]
-		s2 += int64(w[i+2]) * x[i+2]
-		s3 += int64(w[i+3]) * x[i+3]
-	}
-	s := s0 + s1 + s2 + s3
+	s := int64(w[0])*x[0] + int64(w[1])*x[1] + int64(w[2])*x[2] + int64(w[3])*x[3] +
+		int64(w[4])*x[4] + int64(w[5])*x[5] + int64(w[6])*x[6] + int64(w[7])*x[7] +
+		int64(w[8])*x[8] + int64(w[9])*x[9] + int64(w[10])*x[10] + int64(w[11])*x[11] +
+		int64(w[12])*x[12] + int64(w[13])*x[13] + int64(w[14])*x[14] + int64(w[15])*x[15] +
+		int64(w[16])*x[16] + int64(w[17])*x[17] + int64(w[18])*x[18] + int64(w[19])*x[19] +
+		int64(w[20])*x[20] + int64(w[21])*x[21] + int64(w[22])*x[22] + int64(w[23])*x[23] +
+		int64(w[24])*x[24] + int64(w[25])*x[25] + int64(w[26])*x[26] + int64(w[27])*x[27] +
+		int64(w[28])*x[28] + int64(w[29])*x[29] + int64(w[30])*x[30] + int64(w[31])*x[31]
 	lo := int32(s)
 	return lo, int32((s - int64(lo)) >> 32)
 }

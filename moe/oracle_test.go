@@ -105,8 +105,9 @@ func TestOracleDecodesExpertsOnUse(t *testing.T) {
 	}
 }
 
-// dot32x2 gives both rows' dot32 exactly, at the extremes of the bound
-// (every product at +-12 x 448 x 2^9, all one sign or mixed) and at random.
+// dot32 and dot32x2 give each row's dot product exactly (an int64 loop
+// here), at the extremes of the bound (every product at +-12 x 448 x 2^9,
+// all one sign or mixed) and at random.
 func TestDot32x2(t *testing.T) {
 	const xMax = 448 * 512
 	var w [32]int8
@@ -117,9 +118,14 @@ func TestDot32x2(t *testing.T) {
 		for i := range packed {
 			packed[i] = int64(x0[i]) + int64(x1[i])<<32
 		}
+		var want0, want1 int64
+		for i := range 32 {
+			want0 += int64(w[i]) * int64(x0[i])
+			want1 += int64(w[i]) * int64(x1[i])
+		}
 		d0, d1 := dot32x2(&w, &packed)
-		if d0 != dot32(&w, &x0) || d1 != dot32(&w, &x1) {
-			t.Fatalf("%s: dot32x2 = %d, %d; dot32 = %d, %d", what, d0, d1, dot32(&w, &x0), dot32(&w, &x1))
+		if int64(d0) != want0 || int64(d1) != want1 || int64(dot32(&w, &x0)) != want0 || int64(dot32(&w, &x1)) != want1 {
+			t.Fatalf("%s: dot32x2 = %d, %d; dot32 = %d, %d; want %d, %d", what, d0, d1, dot32(&w, &x0), dot32(&w, &x1), want0, want1)
 		}
 	}
 	for _, signs := range [][3]int32{{1, 1, 1}, {1, -1, 1}, {-1, 1, -1}, {-1, -1, 1}, {1, 1, -1}} {
@@ -137,5 +143,25 @@ func TestDot32x2(t *testing.T) {
 			x0[i], x1[i] = next()%(2*xMax+1)-xMax, next()%(2*xMax+1)-xMax
 		}
 		check("random")
+	}
+}
+
+// decodeFP4 decodes every byte value, both nibbles, to twice mxfp's value.
+func TestDecodeFP4EveryByte(t *testing.T) {
+	packed := make([]uint8, 256)
+	for b := range packed {
+		packed[b] = uint8(b)
+	}
+	dst := make([]int8, 2*len(packed)+1)
+	dst[len(dst)-1] = 99
+	decodeFP4(dst, packed)
+	for b := range packed {
+		lo, hi := int8(2*mxfp.DecodeE2M1(uint8(b&0xF))), int8(2*mxfp.DecodeE2M1(uint8(b>>4)))
+		if dst[2*b] != lo || dst[2*b+1] != hi {
+			t.Fatalf("byte %#02x decoded to %d, %d; want %d, %d", b, dst[2*b], dst[2*b+1], lo, hi)
+		}
+	}
+	if dst[len(dst)-1] != 99 {
+		t.Error("decodeFP4 wrote past 2*len(packed)")
 	}
 }
