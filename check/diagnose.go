@@ -34,10 +34,53 @@ type variant struct {
 }
 
 // hypothesis builds the variants of a mistake for a case, or says why it
-// does not apply.
+// does not apply. A variant need only be right on the rows of its scope.
 type hypothesis struct {
 	name, doc string
-	build     func(c *validation.Case) ([]variant, string)
+	build     func(c *validation.Case, s scope) ([]variant, string)
+}
+
+// scope is what a variant is measured on: the local experts that some
+// measured row routes to. Variants that rewrite weights rewrite only these
+// experts and leave the others' bytes zero, so a screen on one row copies
+// and decodes a few experts instead of the whole layer.
+type scope struct{ experts []bool }
+
+// scopeOf is the scope of rows of c.
+func scopeOf(c *validation.Case, rows []int) scope {
+	w, in := c.Weights, &c.Input
+	s := scope{experts: make([]bool, w.E)}
+	for _, t := range rows {
+		for _, id := range in.TopKIDs[t*in.TopK : (t+1)*in.TopK] {
+			if e, ok := c.Spec.EP.Local(int64(id), w.E); ok {
+				s.experts[e] = true
+			}
+		}
+	}
+	return s
+}
+
+// everyExpert is the scope of all of c's experts.
+func everyExpert(c *validation.Case) scope {
+	s := scope{experts: make([]bool, c.Weights.E)}
+	for e := range s.experts {
+		s.experts[e] = true
+	}
+	return s
+}
+
+// perExpert returns a slice as long as src, holding src's e equal parts
+// (one an expert) passed through f for the experts of s and zero for the
+// others.
+func (s scope) perExpert(src []uint8, f func(dst, src []uint8)) []uint8 {
+	dst := make([]uint8, len(src))
+	n := len(src) / len(s.experts)
+	for e, in := range s.experts {
+		if in {
+			f(dst[e*n:(e+1)*n], src[e*n:(e+1)*n])
+		}
+	}
+	return dst
 }
 
 // Hypotheses lists the mistakes Diagnose tries, in the order ties are
@@ -129,7 +172,7 @@ func Diagnose(c *validation.Case, r *Report) {
 	// refinement, so at most one hypothesis's copies are alive at a time.
 	type pending struct {
 		res   Hypothesis
-		build func(c *validation.Case) ([]variant, string)
+		build func(c *validation.Case, s scope) ([]variant, string)
 		best  int
 	}
 	var ps []pending
@@ -138,13 +181,13 @@ func Diagnose(c *validation.Case, r *Report) {
 	}
 	if s, ok := scaleFit(r.got, ref, rows, k); ok {
 		ps = append(ps, pending{res: Hypothesis{Name: "uniform_scale", What: "the output a constant times the oracle's"},
-			build: func(c *validation.Case) ([]variant, string) { return []variant{uniformScale(c, s)}, "" }})
+			build: func(c *validation.Case, _ scope) ([]variant, string) { return []variant{uniformScale(c, s)}, "" }})
 	}
 	// The screen's first stage takes the one worst row, the second the
 	// screenRows worst for the best screenKeep hypotheses of the first.
 	first := worstRows(r.got, ref, rows, k, 1)
 	for i := range ps {
-		vs, skip := ps[i].build(c)
+		vs, skip := ps[i].build(c, scopeOf(c, first))
 		if ps[i].res.Skipped = skip; skip == "" {
 			r.opts.progress("diagnosis: hypothesis %d/%d %s on %d row", i+1, len(ps), ps[i].res.Name, len(first))
 			ps[i].res, ps[i].best = ev.measure(ps[i].res, vs, first)
@@ -163,7 +206,7 @@ func Diagnose(c *validation.Case, r *Report) {
 		for _, i := range order[:min(screenKeep, len(order))] {
 			if p := &ps[i]; p.res.Skipped == "" && !math.IsNaN(float64(p.res.NRMSE)) {
 				r.opts.progress("diagnosis: %s on %d rows", p.res.Name, len(screen))
-				vs, _ := p.build(c)
+				vs, _ := p.build(c, scopeOf(c, screen))
 				p.res, p.best = ev.measure(p.res, vs, screen)
 				kept++
 			}
@@ -175,7 +218,7 @@ func Diagnose(c *validation.Case, r *Report) {
 		for _, i := range order[:min(refineHypotheses, len(order))] {
 			if p := &ps[i]; p.res.Skipped == "" && !math.IsNaN(float64(p.res.NRMSE)) {
 				r.opts.progress("diagnosis: %s on all %d sampled rows", p.res.Name, len(rows))
-				vs, _ := p.build(c)
+				vs, _ := p.build(c, scopeOf(c, rows))
 				p.res, _ = ev.measure(p.res, vs[p.best:p.best+1], rows)
 				refined++
 				// A hypothesis that reproduces the candidate exactly on every
@@ -360,22 +403,19 @@ func clone(c *validation.Case) *validation.Case {
 	return &d
 }
 
-// permuteFC1 returns c with FC1's rows of every expert permuted: new row i
-// is old row from(i) (codes, scales and bias).
-func permuteFC1(c *validation.Case, from func(i int) int) *validation.Case {
+// permuteFC1 returns c with FC1's rows of the experts of s permuted: new
+// row i is old row from(i) (codes, scales and bias).
+func permuteFC1(c *validation.Case, s scope, from func(i int) int) *validation.Case {
 	d := clone(c)
 	w := d.Weights
-	r, k := w.Rows(), w.K
-	perm := func(src []uint8, width int) []uint8 {
-		dst := make([]uint8, len(src))
-		for e := range w.E {
-			for i := range r {
-				copy(dst[(e*r+i)*width:(e*r+i+1)*width], src[(e*r+from(i))*width:])
-			}
+	r := w.Rows()
+	perm := func(dst, src []uint8) {
+		width := len(src) / r
+		for i := range r {
+			copy(dst[i*width:(i+1)*width], src[from(i)*width:])
 		}
-		return dst
 	}
-	w.W31, w.W31Scale = perm(w.W31, k/2), perm(w.W31Scale, k/32)
+	w.W31, w.W31Scale = s.perExpert(w.W31, perm), s.perExpert(w.W31Scale, perm)
 	if b := w.W31Bias; b != nil {
 		w.W31Bias = make([]float32, len(b))
 		for e := range w.E {
@@ -387,16 +427,16 @@ func permuteFC1(c *validation.Case, from func(i int) int) *validation.Case {
 	return d
 }
 
-func gateUpSwapped(c *validation.Case) ([]variant, string) {
+func gateUpSwapped(c *validation.Case, s scope) ([]variant, string) {
 	if !c.Weights.Gated {
 		return nil, fmt.Sprintf("activation %v is not gated", c.Spec.Activation)
 	}
 	n := c.Weights.N
 	return []variant{{"FC1 halves swapped: [gate; up] given where [up; gate] is expected",
-		permuteFC1(c, func(i int) int { return (i + n) % (2 * n) })}}, ""
+		permuteFC1(c, s, func(i int) int { return (i + n) % (2 * n) })}}, ""
 }
 
-func gateUpInterleaved(c *validation.Case) ([]variant, string) {
+func gateUpInterleaved(c *validation.Case, s scope) ([]variant, string) {
 	if !c.Weights.Gated {
 		return nil, fmt.Sprintf("activation %v is not gated", c.Spec.Activation)
 	}
@@ -414,13 +454,13 @@ func gateUpInterleaved(c *validation.Case) ([]variant, string) {
 		return j / 2
 	}
 	return []variant{
-		{"FC1 rows [up; gate] read as interleaved [g0, u0, g1, u1, ...]", permuteFC1(c, asInterleaved)},
-		{"FC1 rows interleaved [g0, u0, ...] read as halves [up; gate]", permuteFC1(c, asHalves)},
+		{"FC1 rows [up; gate] read as interleaved [g0, u0, g1, u1, ...]", permuteFC1(c, s, asInterleaved)},
+		{"FC1 rows interleaved [g0, u0, ...] read as halves [up; gate]", permuteFC1(c, s, asHalves)},
 	}, ""
 }
 
-func recipe(r mxfp.Recipe) func(c *validation.Case) ([]variant, string) {
-	return func(c *validation.Case) ([]variant, string) {
+func recipe(r mxfp.Recipe) func(c *validation.Case, s scope) ([]variant, string) {
+	return func(c *validation.Case, _ scope) ([]variant, string) {
 		if c.Spec.Recipe == r {
 			return nil, fmt.Sprintf("the case's recipe is %v", r)
 		}
@@ -436,8 +476,8 @@ func recipe(r mxfp.Recipe) func(c *validation.Case) ([]variant, string) {
 	}
 }
 
-func chain(ch moe.Chain) func(c *validation.Case) ([]variant, string) {
-	return func(c *validation.Case) ([]variant, string) {
+func chain(ch moe.Chain) func(c *validation.Case, s scope) ([]variant, string) {
+	return func(c *validation.Case, _ scope) ([]variant, string) {
 		if c.Spec.Chain == ch {
 			return nil, fmt.Sprintf("the case's chain is %v", ch)
 		}
@@ -451,7 +491,7 @@ func chain(ch moe.Chain) func(c *validation.Case) ([]variant, string) {
 // above any activation input.
 const noClamp = 1e30
 
-func activationParams(c *validation.Case) ([]variant, string) {
+func activationParams(c *validation.Case, s scope) ([]variant, string) {
 	def := activation.DefaultParams()
 	type edit struct {
 		what string
@@ -499,7 +539,7 @@ func activationParams(c *validation.Case) ([]variant, string) {
 	return vs, ""
 }
 
-func activationKind(c *validation.Case) ([]variant, string) {
+func activationKind(c *validation.Case, s scope) ([]variant, string) {
 	var vs []variant
 	for _, k := range activation.Kinds() {
 		if k == c.Spec.Activation || k.IsGated() != c.Weights.Gated {
@@ -587,7 +627,7 @@ func renormalized(in *moe.Input) bool {
 	return true
 }
 
-func routingUnnormalized(c *validation.Case) ([]variant, string) {
+func routingUnnormalized(c *validation.Case, s scope) ([]variant, string) {
 	given := func(t, s int, _ int32) float64 { return float64(c.Input.TopKWeights[t*c.Input.TopK+s]) }
 	norm := renormalized(&c.Input)
 	var vs []variant
@@ -610,7 +650,7 @@ func routingUnnormalized(c *validation.Case) ([]variant, string) {
 	return vs, ""
 }
 
-func correctionBiasInWeights(c *validation.Case) ([]variant, string) {
+func correctionBiasInWeights(c *validation.Case, s scope) ([]variant, string) {
 	scores, bias, why := routerScores(c)
 	if scores == nil {
 		return nil, why
@@ -623,7 +663,7 @@ func correctionBiasInWeights(c *validation.Case) ([]variant, string) {
 	return []variant{{"routing weights from sigmoid + correction bias (the selection scores)", withWeights(c, renormalized(&c.Input), biased)}}, ""
 }
 
-func fc1BiasMissing(c *validation.Case) ([]variant, string) {
+func fc1BiasMissing(c *validation.Case, s scope) ([]variant, string) {
 	if c.Weights.W31Bias == nil {
 		return nil, "the case has no w31_bias"
 	}
@@ -632,7 +672,7 @@ func fc1BiasMissing(c *validation.Case) ([]variant, string) {
 	return []variant{{"no FC1 bias", d}}, ""
 }
 
-func fc2BiasMissing(c *validation.Case) ([]variant, string) {
+func fc2BiasMissing(c *validation.Case, s scope) ([]variant, string) {
 	if c.Weights.W2Bias == nil {
 		return nil, "the case has no w2_bias"
 	}
@@ -641,50 +681,38 @@ func fc2BiasMissing(c *validation.Case) ([]variant, string) {
 	return []variant{{"no FC2 bias", d}}, ""
 }
 
-// rescale returns each expert's [rows, cols] scale matrix of src passed
-// through f.
-func rescale(src []uint8, e, rows, cols int, f func(lin []uint8) []uint8) []uint8 {
-	dst := make([]uint8, 0, len(src))
-	for i := range e {
-		dst = append(dst, f(src[i*rows*cols:(i+1)*rows*cols])...)
-	}
-	return dst
-}
-
-func scalesSwizzled(c *validation.Case) ([]variant, string) {
+func scalesSwizzled(c *validation.Case, s scope) ([]variant, string) {
 	w := c.Weights
-	readAsSwizzled := func(rows, cols int) func([]uint8) []uint8 {
-		return func(lin []uint8) []uint8 {
-			out := make([]uint8, len(lin))
+	readAsSwizzled := func(rows, cols int) func(dst, lin []uint8) {
+		return func(dst, lin []uint8) {
 			for m := range rows {
 				for k := range cols {
 					if o := mxfp.Swizzled128x4Offset(m, k, cols); o < len(lin) {
-						out[m*cols+k] = lin[o]
+						dst[m*cols+k] = lin[o]
 					} // past the buffer: a kernel reads what lies there; 0 stands for it
 				}
 			}
-			return out
 		}
 	}
-	readAsLinear := func(rows, cols int) func([]uint8) []uint8 {
-		return func(lin []uint8) []uint8 {
+	readAsLinear := func(rows, cols int) func(dst, lin []uint8) {
+		return func(dst, lin []uint8) {
 			swz := make([]uint8, mxfp.Swizzled128x4Len(rows, cols))
 			mxfp.SwizzleScales128x4(swz, lin, rows, cols)
-			return swz[:len(lin)]
+			copy(dst, swz)
 		}
 	}
 	var vs []variant
 	for _, dir := range []struct {
 		what string
-		f    func(rows, cols int) func([]uint8) []uint8
+		f    func(rows, cols int) func(dst, lin []uint8)
 	}{{"linear %s read as 128x4 swizzled", readAsSwizzled}, {"128x4 swizzled %s read as linear", readAsLinear}} {
 		for _, which := range []string{"w31_scale", "w2_scale", "w31_scale and w2_scale"} {
 			d := clone(c)
 			if which != "w2_scale" {
-				d.Weights.W31Scale = rescale(w.W31Scale, w.E, w.Rows(), w.K/32, dir.f(w.Rows(), w.K/32))
+				d.Weights.W31Scale = s.perExpert(w.W31Scale, dir.f(w.Rows(), w.K/32))
 			}
 			if which != "w31_scale" {
-				d.Weights.W2Scale = rescale(w.W2Scale, w.E, w.K, w.N/32, dir.f(w.K, w.N/32))
+				d.Weights.W2Scale = s.perExpert(w.W2Scale, dir.f(w.K, w.N/32))
 			}
 			vs = append(vs, variant{fmt.Sprintf(dir.what, which), d})
 		}
@@ -692,7 +720,7 @@ func scalesSwizzled(c *validation.Case) ([]variant, string) {
 	return vs, ""
 }
 
-func epGlobalIDs(c *validation.Case) ([]variant, string) {
+func epGlobalIDs(c *validation.Case, s scope) ([]variant, string) {
 	ep := c.Spec.EP.Normalize()
 	if ep.Size == 1 {
 		return nil, "the case has no expert parallelism (ep_size 1)"

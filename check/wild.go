@@ -14,55 +14,53 @@ import (
 // 2026 (docs/INTEROP.md lists them with their bug reports): data-layout
 // slips in the weights' bytes, routing slips, and SiTU's up branch.
 
-// swapNibbles returns src with the two E2M1 codes of every byte exchanged.
-func swapNibbles(src []uint8) []uint8 {
-	dst := make([]uint8, len(src))
+// swapNibbles writes src with the two E2M1 codes of every byte exchanged.
+func swapNibbles(dst, src []uint8) {
 	for i, b := range src {
 		dst[i] = b<<4 | b>>4
 	}
-	return dst
 }
 
-func fp4NibblesSwapped(c *validation.Case) ([]variant, string) {
+func fp4NibblesSwapped(c *validation.Case, s scope) ([]variant, string) {
 	var vs []variant
 	for _, which := range []string{"w31", "w2", "w31 and w2"} {
 		d := clone(c)
 		if which != "w2" {
-			d.Weights.W31 = swapNibbles(c.Weights.W31)
+			d.Weights.W31 = s.perExpert(c.Weights.W31, swapNibbles)
 		}
 		if which != "w31" {
-			d.Weights.W2 = swapNibbles(c.Weights.W2)
+			d.Weights.W2 = s.perExpert(c.Weights.W2, swapNibbles)
 		}
 		vs = append(vs, variant{fmt.Sprintf("the two E2M1 codes of each byte of %s swapped (element 2j read from the high nibble)", which), d})
 	}
 	return vs, ""
 }
 
-// shiftScales returns the E8M0 bytes moved by delta, held in the finite
-// range 0..254 (255 is NaN).
-func shiftScales(src []uint8, delta int) []uint8 {
-	dst := make([]uint8, len(src))
-	for i, s := range src {
-		v := int(s)
-		if v != 255 {
-			v = min(max(v+delta, 0), 254)
+// shiftScales returns a writer of the E8M0 bytes moved by delta, held in
+// the finite range 0..254 (255 is NaN).
+func shiftScales(delta int) func(dst, src []uint8) {
+	return func(dst, src []uint8) {
+		for i, b := range src {
+			v := int(b)
+			if v != 255 {
+				v = min(max(v+delta, 0), 254)
+			}
+			dst[i] = uint8(v)
 		}
-		dst[i] = uint8(v)
 	}
-	return dst
 }
 
-func scaleExponentOff(c *validation.Case) ([]variant, string) {
+func scaleExponentOff(c *validation.Case, s scope) ([]variant, string) {
 	var vs []variant
 	// 1: an off-by-one bias (127 against 128); 2: E2M1's emax folded in twice or not at all.
 	for _, delta := range []int{1, -1, 2, -2} {
 		for _, which := range []string{"w31_scale", "w2_scale", "w31_scale and w2_scale"} {
 			d := clone(c)
 			if which != "w2_scale" {
-				d.Weights.W31Scale = shiftScales(c.Weights.W31Scale, delta)
+				d.Weights.W31Scale = s.perExpert(c.Weights.W31Scale, shiftScales(delta))
 			}
 			if which != "w31_scale" {
-				d.Weights.W2Scale = shiftScales(c.Weights.W2Scale, delta)
+				d.Weights.W2Scale = s.perExpert(c.Weights.W2Scale, shiftScales(delta))
 			}
 			why := "an off-by-one exponent bias"
 			if delta == 2 || delta == -2 {
@@ -74,12 +72,12 @@ func scaleExponentOff(c *validation.Case) ([]variant, string) {
 	return vs, ""
 }
 
-func routingWeightsNotApplied(c *validation.Case) ([]variant, string) {
+func routingWeightsNotApplied(c *validation.Case, s scope) ([]variant, string) {
 	one := func(int, int, int32) float64 { return 1 }
 	return []variant{{"the routing weights not applied (every slot's row added with weight 1)", withWeights(c, false, one)}}, ""
 }
 
-func topKTruncated(c *validation.Case) ([]variant, string) {
+func topKTruncated(c *validation.Case, s scope) ([]variant, string) {
 	tk := c.Input.TopK
 	if tk < 2 {
 		return nil, "top-k is 1"
@@ -99,7 +97,7 @@ func topKTruncated(c *validation.Case) ([]variant, string) {
 	return vs, ""
 }
 
-func epMaskWrapped(c *validation.Case) ([]variant, string) {
+func epMaskWrapped(c *validation.Case, s scope) ([]variant, string) {
 	has := false
 	for _, id := range c.Input.TopKIDs {
 		has = has || id < 0
@@ -153,7 +151,7 @@ func halvesOf(n, kb int) func(i int) int {
 	}
 }
 
-func gateUpBlockInterleaved(c *validation.Case) ([]variant, string) {
+func gateUpBlockInterleaved(c *validation.Case, s scope) ([]variant, string) {
 	if !c.Weights.Gated {
 		return nil, fmt.Sprintf("activation %v is not gated", c.Spec.Activation)
 	}
@@ -164,8 +162,8 @@ func gateUpBlockInterleaved(c *validation.Case) ([]variant, string) {
 			continue
 		}
 		vs = append(vs,
-			variant{fmt.Sprintf("FC1 rows [up; gate] read as interleaved in blocks of %d (gate %d, up %d, ...)", kb, kb, kb), permuteFC1(c, halvesOf(n, kb))},
-			variant{fmt.Sprintf("FC1 rows interleaved in blocks of %d read as halves [up; gate]", kb), permuteFC1(c, blockOf(n, kb))})
+			variant{fmt.Sprintf("FC1 rows [up; gate] read as interleaved in blocks of %d (gate %d, up %d, ...)", kb, kb, kb), permuteFC1(c, s, halvesOf(n, kb))},
+			variant{fmt.Sprintf("FC1 rows interleaved in blocks of %d read as halves [up; gate]", kb), permuteFC1(c, s, blockOf(n, kb))})
 	}
 	if vs == nil {
 		return nil, fmt.Sprintf("N = %d is a multiple of no block size 8, 16, 32, 64", n)
@@ -176,7 +174,7 @@ func gateUpBlockInterleaved(c *validation.Case) ([]variant, string) {
 // situUpUnsaturated is SiTU with its up branch linear: linear_beta taken
 // as infinite, so linear_beta*tanh(u/linear_beta) is u (transformers
 // #48890 dropped the saturation).
-func situUpUnsaturated(c *validation.Case) ([]variant, string) {
+func situUpUnsaturated(c *validation.Case, s scope) ([]variant, string) {
 	if c.Spec.Activation != activation.Situ {
 		return nil, fmt.Sprintf("activation %v is not situ", c.Spec.Activation)
 	}
@@ -199,7 +197,7 @@ func uniformScale(c *validation.Case, s float64) variant {
 // xRoundedToBF16 stands for an MXFP8 quantization of x that works on x
 // rounded to BF16 first (its amax and its codes), where the contract
 // quantizes the float32 x given.
-func xRoundedToBF16(c *validation.Case) ([]variant, string) {
+func xRoundedToBF16(c *validation.Case, s scope) ([]variant, string) {
 	if c.Input.X == nil {
 		return nil, "x is given quantized"
 	}
