@@ -49,35 +49,43 @@ type Oracle struct {
 	spec      LayerSpec
 	w         *Weights
 	numGlobal int
-	dec       *decodeTable // shared with the oracles Derive makes
+	dec31     *decodeTable // FC1's; shared with the oracles Derive makes
+	dec2      *decodeTable // FC2's; likewise
 }
 
-// decodeTable holds a layer's E2M1 codes decoded to int8 at twice their
-// value, per expert, each decoded on first use.
+// decodeTable holds one weight matrix's E2M1 codes (FC1's or FC2's)
+// decoded to int8 at twice their value, per expert, each decoded on first
+// use.
 type decodeTable struct {
-	w       *Weights
-	once    []sync.Once
-	w31, w2 [][]int8 // per expert: [R, K] and [K, N]; nil until decoded
+	packed []uint8 // all experts' codes, per bytes an expert
+	per    int
+	once   []sync.Once
+	dec    [][]int8 // per expert; nil until decoded
 }
 
-func newDecodeTable(w *Weights) *decodeTable {
-	return &decodeTable{w: w, once: make([]sync.Once, w.E), w31: make([][]int8, w.E), w2: make([][]int8, w.E)}
+func newDecodeTable(packed []uint8, experts int) *decodeTable {
+	return &decodeTable{packed: packed, per: len(packed) / experts, once: make([]sync.Once, experts), dec: make([][]int8, experts)}
 }
 
-// expert returns expert e's decoded FC1 and FC2, decoding them once.
-func (d *decodeTable) expert(e int) (w31, w2 []int8) {
+// expert returns expert e's decoded codes, decoding them once.
+func (d *decodeTable) expert(e int) []int8 {
 	d.once[e].Do(func() {
-		w := d.w
-		b31, b2 := w.Rows()*w.K/2, w.K*w.N/2 // packed bytes an expert
-		d.w31[e] = make([]int8, 2*b31)
-		d.w2[e] = make([]int8, 2*b2)
-		decodeFP4(d.w31[e], w.W31[e*b31:(e+1)*b31])
-		decodeFP4(d.w2[e], w.W2[e*b2:(e+1)*b2])
+		d.dec[e] = make([]int8, 2*d.per)
+		decodeFP4(d.dec[e], d.packed[e*d.per:(e+1)*d.per])
 	})
-	return d.w31[e], d.w2[e]
+	return d.dec[e]
 }
 
-// NewOracle validates spec against w and prepares the decode table. It
+// derive returns d when packed holds d's codes (the same slice), else a
+// new table.
+func (d *decodeTable) derive(packed []uint8, experts int) *decodeTable {
+	if len(d.dec) == experts && sameSlice(packed, d.packed) {
+		return d
+	}
+	return newDecodeTable(packed, experts)
+}
+
+// NewOracle validates spec against w and prepares the decode tables. It
 // keeps w (not copied); w must not change afterwards. Memory: one byte per
 // weight element of each expert a forward has used (Kimi-K3, all 28 local
 // experts: 925 MB).
@@ -89,15 +97,16 @@ func NewOracle(w *Weights, spec LayerSpec) (*Oracle, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Oracle{spec: spec, w: w, numGlobal: numGlobal, dec: newDecodeTable(w)}, nil
+	return &Oracle{spec: spec, w: w, numGlobal: numGlobal, dec31: newDecodeTable(w.W31, w.E), dec2: newDecodeTable(w.W2, w.E)}, nil
 }
 
-// Derive returns an oracle for w and spec. When w holds o's FC1 and FC2
-// codes (the same slices: only scales, biases, spec or inputs differ) it
-// shares o's decode table instead of decoding again, so trying many specs
-// on one layer decodes each expert once.
+// Derive returns an oracle for w and spec. Where w holds o's FC1 or FC2
+// codes (the same slice, and the same shape) it shares o's decode table of
+// that matrix instead of decoding again, so trying many specs, scales or
+// one matrix's variants on one layer decodes each expert's other matrix
+// once.
 func (o *Oracle) Derive(w *Weights, spec LayerSpec) (*Oracle, error) {
-	if w == nil || !sameSlice(w.W31, o.w.W31) || !sameSlice(w.W2, o.w.W2) || w.E != o.w.E || w.N != o.w.N || w.K != o.w.K || w.Gated != o.w.Gated {
+	if w == nil || w.E != o.w.E || w.N != o.w.N || w.K != o.w.K || w.Gated != o.w.Gated {
 		return NewOracle(w, spec)
 	}
 	if err := spec.Validate(w); err != nil {
@@ -107,7 +116,7 @@ func (o *Oracle) Derive(w *Weights, spec LayerSpec) (*Oracle, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Oracle{spec: spec, w: w, numGlobal: numGlobal, dec: o.dec}, nil
+	return &Oracle{spec: spec, w: w, numGlobal: numGlobal, dec31: o.dec31.derive(w.W31, w.E), dec2: o.dec2.derive(w.W2, w.E)}, nil
 }
 
 // sameSlice reports whether a and b are the same slice of one array.
@@ -447,7 +456,7 @@ type expertWeights struct {
 func (o *Oracle) expert(e int) expertWeights {
 	w := o.w
 	r, n, k := w.Rows(), w.N, w.K
-	w31, w2 := o.dec.expert(e)
+	w31, w2 := o.dec31.expert(e), o.dec2.expert(e)
 	x := expertWeights{w31: w31, s31: w.W31Scale[e*r*k/32 : (e+1)*r*k/32], w2: w2, s2: w.W2Scale[e*k*n/32 : (e+1)*k*n/32]}
 	if w.W31Bias != nil {
 		x.b1 = w.W31Bias[e*r : (e+1)*r]

@@ -7,9 +7,10 @@ import (
 	"kimimoe/mxfp"
 )
 
-// Derive shares the decode tables when only scales, biases or the spec
-// differ, decodes again when the codes differ, and computes what a fresh
-// oracle computes either way.
+// Derive shares each matrix's decode table when its codes are the same
+// slice (only scales, biases, the spec or the other matrix differ), decodes
+// it again when its codes differ, and computes what a fresh oracle
+// computes either way.
 func TestDeriveSharesDecodeTables(t *testing.T) {
 	w := NewWeights(2, 32, 64, true)
 	for i := range w.W31 {
@@ -40,18 +41,21 @@ func TestDeriveSharesDecodeTables(t *testing.T) {
 	recoded := *w
 	recoded.W31 = append([]uint8(nil), w.W31...)
 	recoded.W31[0] ^= 0x11
+	recoded2 := *w
+	recoded2.W2 = append([]uint8(nil), w.W2...)
+	recoded2.W2[0] ^= 0x11
 	for _, c := range []struct {
-		name   string
-		w      *Weights
-		spec   LayerSpec
-		shared bool
-	}{{"scales", &scaled, spec, true}, {"chain", w, other, true}, {"codes", &recoded, spec, false}} {
+		name              string
+		w                 *Weights
+		spec              LayerSpec
+		shared31, shared2 bool
+	}{{"scales", &scaled, spec, true, true}, {"chain", w, other, true, true}, {"fc1 codes", &recoded, spec, false, true}, {"fc2 codes", &recoded2, spec, true, false}} {
 		d, err := base.Derive(c.w, c.spec)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if shared := d.dec == base.dec; shared != c.shared {
-			t.Errorf("%s: tables shared %v, want %v", c.name, shared, c.shared)
+		if shared31, shared2 := d.dec31 == base.dec31, d.dec2 == base.dec2; shared31 != c.shared31 || shared2 != c.shared2 {
+			t.Errorf("%s: FC1, FC2 tables shared %v, %v; want %v, %v", c.name, shared31, shared2, c.shared31, c.shared2)
 		}
 		fresh, _ := NewOracle(c.w, c.spec)
 		got, want := make([]float64, 2*64), make([]float64, 2*64)
@@ -88,11 +92,11 @@ func TestOracleDecodesExpertsOnUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	for e := range 3 {
-		if decoded := o.dec.w31[e] != nil; decoded != (e == 1) {
+		if decoded := o.dec31.dec[e] != nil; decoded != (e == 1) {
 			t.Errorf("expert %d decoded: %v after a forward routed to expert 1 only", e, decoded)
 		}
 	}
-	w31, w2 := o.dec.expert(1)
+	w31, w2 := o.dec31.expert(1), o.dec2.expert(1)
 	for i, b := range w.W31[len(w.W31)/3 : 2*len(w.W31)/3] {
 		if w31[2*i] != int8(2*mxfp.DecodeE2M1(b&0xF)) || w31[2*i+1] != int8(2*mxfp.DecodeE2M1(b>>4)) {
 			t.Fatalf("expert 1 FC1 byte %d (%#x) decoded to %d, %d", i, b, w31[2*i], w31[2*i+1])
