@@ -3,6 +3,7 @@ package moe
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"sync"
 	"unsafe"
 
@@ -51,6 +52,46 @@ type Oracle struct {
 	numGlobal int
 	dec31     *decodeTable // FC1's; shared with the oracles Derive makes
 	dec2      *decodeTable // FC2's; likewise
+	memo      *expertMemo  // nil unless WithMemo
+}
+
+// expertMemo keeps expert outputs, one token through one local expert
+// before its routing weight, for oracles of the same weights and spec:
+// their forwards on the same x reuse them whatever the routing.
+type expertMemo struct {
+	mu sync.Mutex
+	y  map[memoKey][]float64
+}
+
+// memoKey names a token's x by the slice it lies in: the memo takes x as
+// unchanged between forwards.
+type memoKey struct {
+	x     *float32
+	codes *uint8
+	t, e  int
+}
+
+func keyOf(in *Input, t, e int) memoKey {
+	k := memoKey{t: t, e: e}
+	if in.XQ != nil {
+		k.codes = &in.XQ.Codes[0]
+	} else {
+		k.x = &in.X[0]
+	}
+	return k
+}
+
+// WithMemo returns an oracle for o's weights and spec that keeps every
+// expert output its forwards compute (K float64s a token and local
+// expert) and reuses them in later forwards on the same x (the same
+// slice, unchanged) whatever their routing: ids, weights, rows. Oracles
+// Derive makes from it share the memo when their weights (every slice)
+// and spec are o's, and keep none otherwise. The outputs are the same
+// bits as without the memo.
+func (o *Oracle) WithMemo() *Oracle {
+	m := *o
+	m.memo = &expertMemo{y: map[memoKey][]float64{}}
+	return &m
 }
 
 // decodeTable holds one weight matrix's E2M1 codes (FC1's or FC2's)
@@ -116,7 +157,19 @@ func (o *Oracle) Derive(w *Weights, spec LayerSpec) (*Oracle, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Oracle{spec: spec, w: w, numGlobal: numGlobal, dec31: o.dec31.derive(w.W31, w.E), dec2: o.dec2.derive(w.W2, w.E)}, nil
+	d := &Oracle{spec: spec, w: w, numGlobal: numGlobal, dec31: o.dec31.derive(w.W31, w.E), dec2: o.dec2.derive(w.W2, w.E)}
+	if o.memo != nil && sameWeights(w, o.w) && reflect.DeepEqual(spec, o.spec) {
+		d.memo = o.memo
+	}
+	return d, nil
+}
+
+// sameWeights reports whether a and b hold the same slices of one layer.
+func sameWeights(a, b *Weights) bool {
+	same32 := func(a, b []float32) bool { return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0]) }
+	return a.E == b.E && a.N == b.N && a.K == b.K && a.Gated == b.Gated &&
+		sameSlice(a.W31, b.W31) && sameSlice(a.W31Scale, b.W31Scale) && sameSlice(a.W2, b.W2) && sameSlice(a.W2Scale, b.W2Scale) &&
+		same32(a.W31Bias, b.W31Bias) && same32(a.W2Bias, b.W2Bias)
 }
 
 // sameSlice reports whether a and b are the same slice of one array.
@@ -348,19 +401,30 @@ func (o *Oracle) Forward(out []float64, in *Input, rows []int) error {
 		xs[i].set(codes, scales)
 	})
 
-	// Group (row, slot) pairs by local expert.
+	// y[i][k] is expert output of row i, slot k (nil if the slot is not
+	// local). Group the (row, slot) pairs the memo lacks by local expert.
+	y := make([][][]float64, len(rows))
+	for i := range y {
+		y[i] = make([][]float64, in.TopK)
+	}
 	byExpert := make([][]pair, w.E)
+	if o.memo != nil {
+		o.memo.mu.Lock()
+	}
 	for i, t := range rows {
 		for k := range in.TopK {
 			if e, ok := o.spec.EP.Local(int64(in.TopKIDs[t*in.TopK+k]), w.E); ok {
+				if o.memo != nil {
+					if y[i][k] = o.memo.y[keyOf(in, t, e)]; y[i][k] != nil {
+						continue
+					}
+				}
 				byExpert[e] = append(byExpert[e], pair{i, k})
 			}
 		}
 	}
-	// y[i][k] is expert output of row i, slot k (nil if the slot is not local).
-	y := make([][][]float64, len(rows))
-	for i := range y {
-		y[i] = make([][]float64, in.TopK)
+	if o.memo != nil {
+		o.memo.mu.Unlock()
 	}
 	type task struct {
 		e     int
@@ -384,6 +448,15 @@ func (o *Oracle) Forward(out []float64, in *Input, rows []int) error {
 		}
 		o.expertForward(tk.e, tk.pairs, xs, y)
 	})
+	if o.memo != nil {
+		o.memo.mu.Lock()
+		for e, ps := range byExpert {
+			for _, p := range ps {
+				o.memo.y[keyOf(in, rows[p.tok], e)] = y[p.tok][p.slot]
+			}
+		}
+		o.memo.mu.Unlock()
+	}
 
 	// Sum slots in slot order.
 	switch o.spec.Chain {

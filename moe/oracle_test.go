@@ -1,6 +1,7 @@
 package moe
 
 import (
+	"math"
 	"testing"
 
 	"kimimoe/activation"
@@ -167,5 +168,90 @@ func TestDecodeFP4EveryByte(t *testing.T) {
 	}
 	if dst[len(dst)-1] != 99 {
 		t.Error("decodeFP4 wrote past 2*len(packed)")
+	}
+}
+
+// A memo serves forwards that differ only in routing (ids, weights, rows)
+// with the bits a fresh oracle computes, on every chain; an oracle derived
+// with other weights or another spec keeps no memo.
+func TestOracleMemo(t *testing.T) {
+	const e, n, k, m, topk = 4, 32, 64, 3, 2
+	w := NewWeights(e, n, k, true)
+	for i := range w.W31 {
+		w.W31[i] = uint8(i * 7)
+	}
+	for i := range w.W2 {
+		w.W2[i] = uint8(i * 13)
+	}
+	for _, sc := range [][]uint8{w.W31Scale, w.W2Scale} {
+		for i := range sc {
+			sc[i] = uint8(124 + i%3)
+		}
+	}
+	x := make([]float32, m*k)
+	for i := range x {
+		x[i] = float32(i%11) - 5
+	}
+	routings := []*Input{
+		{M: m, TopK: topk, X: x, TopKIDs: []int32{0, 1, 2, 3, 1, 0}, TopKWeights: []float32{0.5, 0.5, 0.25, 0.75, 1, 0}},
+		{M: m, TopK: topk, X: x, TopKIDs: []int32{1, 0, 3, 2, 0, 1}, TopKWeights: []float32{1, 1, 1, 1, 1, 1}},
+		{M: m, TopK: topk, X: x, TopKIDs: []int32{2, -1, 1, 3, 3, 2}, TopKWeights: []float32{0.125, 0, 2, 0.5, 0.5, 0.5}},
+	}
+	for _, ch := range []Chain{ChainExact, ChainMXFP8, ChainFlashInfer, ChainBF16, ChainMarlin} {
+		spec := LayerSpec{Activation: activation.Situ, Params: []activation.Params{activation.DefaultParams()}, Chain: ch, Recipe: mxfp.RecipeRCeil}
+		base, err := NewOracle(w, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		memo := base.WithMemo()
+		for r, in := range routings {
+			for _, rows := range [][]int{nil, {2}, {1, 0}} {
+				d, err := memo.Derive(w, spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d.memo != memo.memo {
+					t.Fatalf("%v: an oracle derived with the same weights and spec does not share the memo", ch)
+				}
+				fresh, _ := NewOracle(w, spec)
+				nr := m
+				if rows != nil {
+					nr = len(rows)
+				}
+				got, want := make([]float64, nr*k), make([]float64, nr*k)
+				if err := d.Forward(got, in, rows); err != nil {
+					t.Fatal(err)
+				}
+				fresh.Forward(want, in, rows)
+				for i := range got {
+					if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
+						t.Fatalf("%v, routing %d, rows %v: out[%d] = %v through the memo, %v fresh", ch, r, rows, i, got[i], want[i])
+					}
+				}
+			}
+		}
+		routed := map[[2]int]bool{}
+		for _, in := range routings {
+			for i, id := range in.TopKIDs {
+				if id >= 0 {
+					routed[[2]int{i / topk, int(id)}] = true
+				}
+			}
+		}
+		if len(memo.memo.y) != len(routed) {
+			t.Errorf("%v: the memo holds %d expert outputs, want one a token and expert routed to (%d)", ch, len(memo.memo.y), len(routed))
+		}
+		other := spec
+		other.Recipe = mxfp.RecipeFloor
+		scaled := *w
+		scaled.W2Scale = append([]uint8(nil), w.W2Scale...)
+		for _, c := range []struct {
+			w    *Weights
+			spec LayerSpec
+		}{{w, other}, {&scaled, spec}} {
+			if d, _ := memo.Derive(c.w, c.spec); d.memo != nil {
+				t.Errorf("%v: an oracle derived with other weights or spec shares the memo", ch)
+			}
+		}
 	}
 }
