@@ -3,6 +3,7 @@ package check
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -27,10 +28,27 @@ type Hypothesis struct {
 }
 
 // variant is one way a mistake can be made: the case as the kernel
-// computed it.
+// computed it, given as c or built by make when it is measured. Variants
+// that rewrite weights are made one at a time into their scope's scratch
+// buffers, so a hypothesis's variants never hold several copies of a
+// layer's weights.
 type variant struct {
 	what string
 	c    *validation.Case
+	make func() *validation.Case
+}
+
+// lazy is a variant made when it is measured.
+func lazy(what string, make func() *validation.Case) variant {
+	return variant{what: what, make: make}
+}
+
+// cas is v's case.
+func (v variant) cas() *validation.Case {
+	if v.make != nil {
+		return v.make()
+	}
+	return v.c
 }
 
 // hypothesis builds the variants of a mistake for a case, or says why it
@@ -42,14 +60,19 @@ type hypothesis struct {
 
 // scope is what a variant is measured on: the local experts that some
 // measured row routes to. Variants that rewrite weights rewrite only these
-// experts and leave the others' bytes zero, so a screen on one row copies
-// and decodes a few experts instead of the whole layer.
-type scope struct{ experts []bool }
+// experts, so a screen on one row copies and decodes a few experts instead
+// of the whole layer. Their other experts' bytes are left as they lie in
+// scratch, a buffer per source matrix that each variant of the scope
+// reuses: the scope's variants are made and measured one at a time.
+type scope struct {
+	experts []bool
+	scratch map[*uint8][]uint8
+}
 
 // scopeOf is the scope of rows of c.
 func scopeOf(c *validation.Case, rows []int) scope {
 	w, in := c.Weights, &c.Input
-	s := scope{experts: make([]bool, w.E)}
+	s := scope{experts: make([]bool, w.E), scratch: map[*uint8][]uint8{}}
 	for _, t := range rows {
 		for _, id := range in.TopKIDs[t*in.TopK : (t+1)*in.TopK] {
 			if e, ok := c.Spec.EP.Local(int64(id), w.E); ok {
@@ -62,18 +85,25 @@ func scopeOf(c *validation.Case, rows []int) scope {
 
 // everyExpert is the scope of all of c's experts.
 func everyExpert(c *validation.Case) scope {
-	s := scope{experts: make([]bool, c.Weights.E)}
+	s := scope{experts: make([]bool, c.Weights.E), scratch: map[*uint8][]uint8{}}
 	for e := range s.experts {
 		s.experts[e] = true
 	}
 	return s
 }
 
-// perExpert returns a slice as long as src, holding src's e equal parts
-// (one an expert) passed through f for the experts of s and zero for the
-// others.
+// perExpert returns s's scratch buffer for src, holding src's E equal
+// parts (one an expert) passed through f for the experts of s; the others'
+// bytes are not to be read.
 func (s scope) perExpert(src []uint8, f func(dst, src []uint8)) []uint8 {
-	dst := make([]uint8, len(src))
+	if len(src) == 0 {
+		return src
+	}
+	dst, ok := s.scratch[&src[0]]
+	if !ok {
+		dst = make([]uint8, len(src))
+		s.scratch[&src[0]] = dst
+	}
 	n := len(src) / len(s.experts)
 	for e, in := range s.experts {
 		if in {
@@ -139,10 +169,11 @@ const refineHypotheses = 4
 // opts.MaxRows rows of the case (seeded samples; the report lists them) and
 // fills r.Diagnosis, sorted by NRMSE against the candidate, skipped
 // hypotheses last. Every variant is screened on the sampled row with the
-// largest error, the best screenKeep hypotheses again on the screenRows
-// rows with the largest error, and the best refineHypotheses of those on
-// all sampled rows (stopping at one that reproduces the candidate
-// exactly); the others report what they measured last.
+// largest error; the best screenKeep hypotheses go on to the screenRows
+// rows with the largest error, each with its best variant of that row
+// (and the variants tied with it); the best refineHypotheses of those are
+// measured on all sampled rows (stopping at one that reproduces the
+// candidate exactly). The others report what they measured last.
 // When the candidate is the oracle times one factor, uniform_scale says
 // which.
 func Diagnose(c *validation.Case, r *Report) {
@@ -160,10 +191,17 @@ func Diagnose(c *validation.Case, r *Report) {
 		r.DiagnosisRows = rows
 	}
 	r.Diagnosis = nil
-	base, err := moe.NewOracle(c.Weights, c.Spec) // decoded once; variants with the same codes share it
-	if err != nil {
-		r.DiagnosisNote = fmt.Sprintf("no diagnosis: %v", err)
-		return
+	// Compare's oracle has decoded the experts, and its memo holds the
+	// sampled rows' expert outputs; variants with the same codes share them.
+	base := r.oracle
+	r.oracle = nil
+	if base == nil || base.Weights() != c.Weights || !reflect.DeepEqual(base.Spec(), c.Spec) {
+		o, err := moe.NewOracle(c.Weights, c.Spec)
+		if err != nil {
+			r.DiagnosisNote = fmt.Sprintf("no diagnosis: %v", err)
+			return
+		}
+		base = o.WithMemo()
 	}
 	ev := &evaluator{r: r, base: base, k: k}
 	screen := worstRows(r.got, ref, rows, k, screenRows)
@@ -173,7 +211,7 @@ func Diagnose(c *validation.Case, r *Report) {
 	type pending struct {
 		res   Hypothesis
 		build func(c *validation.Case, s scope) ([]variant, string)
-		best  int
+		best  []int // the variants tied best on the rows last measured
 	}
 	var ps []pending
 	for _, h := range hypotheses {
@@ -207,7 +245,16 @@ func Diagnose(c *validation.Case, r *Report) {
 			if p := &ps[i]; p.res.Skipped == "" && !math.IsNaN(float64(p.res.NRMSE)) {
 				r.opts.progress("diagnosis: %s on %d rows", p.res.Name, len(screen))
 				vs, _ := p.build(c, scopeOf(c, screen))
-				p.res, p.best = ev.measure(p.res, vs, screen)
+				tied := make([]variant, len(p.best))
+				for j, b := range p.best {
+					tied[j] = vs[b]
+				}
+				var best []int
+				p.res, best = ev.measure(p.res, tied, screen)
+				for j, b := range best {
+					best[j] = p.best[b]
+				}
+				p.best = best
 				kept++
 			}
 		}
@@ -219,7 +266,7 @@ func Diagnose(c *validation.Case, r *Report) {
 			if p := &ps[i]; p.res.Skipped == "" && !math.IsNaN(float64(p.res.NRMSE)) {
 				r.opts.progress("diagnosis: %s on all %d sampled rows", p.res.Name, len(rows))
 				vs, _ := p.build(c, scopeOf(c, rows))
-				p.res, _ = ev.measure(p.res, vs[p.best:p.best+1], rows)
+				p.res, _ = ev.measure(p.res, vs[p.best[0]:p.best[0]+1], rows)
 				refined++
 				// A hypothesis that reproduces the candidate exactly on every
 				// sampled row ranks first whatever the others measure.
@@ -229,7 +276,7 @@ func Diagnose(c *validation.Case, r *Report) {
 			}
 		}
 		r.DiagnosisNote = strings.TrimPrefix(r.DiagnosisNote+fmt.Sprintf(
-			"; every hypothesis screened on the sampled row furthest from the oracle, the best %d on the %d furthest, the best %d measured on all %d",
+			"; every hypothesis screened on the sampled row furthest from the oracle, the best %d (with their best variants there) on the %d furthest, the best %d measured on all %d",
 			kept, len(screen), refined, len(rows)), "; ")
 	}
 	for _, p := range ps {
@@ -259,19 +306,20 @@ func (ev *evaluator) forward(c *validation.Case, rows []int) ([]float64, error) 
 	return ref, nil
 }
 
-// measure scores each variant on rows and keeps the best in res; it
-// returns res and the best variant's index.
-func (ev *evaluator) measure(res Hypothesis, vs []variant, rows []int) (Hypothesis, int) {
+// measure scores each variant on rows and keeps the first best in res; it
+// returns res and the indices of the variants that score as well as it.
+func (ev *evaluator) measure(res Hypothesis, vs []variant, rows []int) (Hypothesis, []int) {
 	k := ev.k
 	got := make([]float64, 0, len(rows)*k)
 	for _, t := range rows {
 		got = append(got, ev.r.got[t*k:(t+1)*k]...)
 	}
 	res.NRMSE, res.Cosine, res.Matches = Num(math.NaN()), Num(math.NaN()), false
-	best, have, bestAt := math.Inf(1), false, 0
+	best, have := math.Inf(1), false
 	var errs []string
+	var tied []int
 	for i, v := range vs {
-		ref, err := ev.forward(v.c, rows)
+		ref, err := ev.forward(v.cas(), rows)
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("%s: %v", v.what, err))
 			continue
@@ -281,16 +329,19 @@ func (ev *evaluator) measure(res Hypothesis, vs []variant, rows []int) (Hypothes
 		if met.NonFiniteMismatch > 0 || math.IsNaN(score) {
 			score = math.Inf(1)
 		}
-		if !have || score < best {
-			best, have, bestAt = score, true, i
+		switch {
+		case !have || score < best:
+			best, have, tied = score, true, []int{i}
 			res.NRMSE, res.Cosine, res.What = Num(met.NRMSE), Num(met.Cosine), v.what
 			res.Matches = met.Cosine >= ev.r.MinCosine && met.NRMSE <= ev.r.MaxNRMSE && met.NonFiniteMismatch == 0
+		case score == best:
+			tied = append(tied, i)
 		}
 	}
 	if len(errs) == len(vs) && len(vs) > 0 {
 		res.Skipped = fmt.Sprintf("could not be applied: %s", errs[0])
 	}
-	return res, bestAt
+	return res, tied
 }
 
 // worstRows returns the n rows of rows (ref holds their oracle output)
@@ -432,8 +483,8 @@ func gateUpSwapped(c *validation.Case, s scope) ([]variant, string) {
 		return nil, fmt.Sprintf("activation %v is not gated", c.Spec.Activation)
 	}
 	n := c.Weights.N
-	return []variant{{"FC1 halves swapped: [gate; up] given where [up; gate] is expected",
-		permuteFC1(c, s, func(i int) int { return (i + n) % (2 * n) })}}, ""
+	return []variant{lazy("FC1 halves swapped: [gate; up] given where [up; gate] is expected",
+		func() *validation.Case { return permuteFC1(c, s, func(i int) int { return (i + n) % (2 * n) }) })}, ""
 }
 
 func gateUpInterleaved(c *validation.Case, s scope) ([]variant, string) {
@@ -454,8 +505,8 @@ func gateUpInterleaved(c *validation.Case, s scope) ([]variant, string) {
 		return j / 2
 	}
 	return []variant{
-		{"FC1 rows [up; gate] read as interleaved [g0, u0, g1, u1, ...]", permuteFC1(c, s, asInterleaved)},
-		{"FC1 rows interleaved [g0, u0, ...] read as halves [up; gate]", permuteFC1(c, s, asHalves)},
+		lazy("FC1 rows [up; gate] read as interleaved [g0, u0, g1, u1, ...]", func() *validation.Case { return permuteFC1(c, s, asInterleaved) }),
+		lazy("FC1 rows interleaved [g0, u0, ...] read as halves [up; gate]", func() *validation.Case { return permuteFC1(c, s, asHalves) }),
 	}, ""
 }
 
@@ -472,7 +523,7 @@ func recipe(r mxfp.Recipe) func(c *validation.Case, s scope) ([]variant, string)
 		}
 		d := clone(c)
 		d.Spec.Recipe = r
-		return []variant{{fmt.Sprintf("MXFP8 quantization with the %v recipe instead of %v", r, c.Spec.Recipe), d}}, ""
+		return []variant{{what: fmt.Sprintf("MXFP8 quantization with the %v recipe instead of %v", r, c.Spec.Recipe), c: d}}, ""
 	}
 }
 
@@ -483,7 +534,7 @@ func chain(ch moe.Chain) func(c *validation.Case, s scope) ([]variant, string) {
 		}
 		d := clone(c)
 		d.Spec.Chain = ch
-		return []variant{{fmt.Sprintf("the %v chain instead of %v", ch, c.Spec.Chain), d}}, ""
+		return []variant{{what: fmt.Sprintf("the %v chain instead of %v", ch, c.Spec.Chain), c: d}}, ""
 	}
 }
 
@@ -531,7 +582,7 @@ func activationParams(c *validation.Case, s scope) ([]variant, string) {
 		if slices.Equal(d.Spec.Params, c.Spec.Params) {
 			continue
 		}
-		vs = append(vs, variant{e.what, d})
+		vs = append(vs, variant{what: e.what, c: d})
 	}
 	if vs == nil {
 		return nil, "no parameter change differs from the case's"
@@ -548,7 +599,7 @@ func activationKind(c *validation.Case, s scope) ([]variant, string) {
 		d := clone(c)
 		d.Spec.Activation = k
 		d.Spec.Params = []activation.Params{activation.DefaultParams()}
-		vs = append(vs, variant{fmt.Sprintf("%v (default parameters) run instead of %v", k, c.Spec.Activation), d})
+		vs = append(vs, variant{what: fmt.Sprintf("%v (default parameters) run instead of %v", k, c.Spec.Activation), c: d})
 	}
 	if vs == nil {
 		return nil, "no other activation of the same gating"
@@ -632,16 +683,16 @@ func routingUnnormalized(c *validation.Case, s scope) ([]variant, string) {
 	norm := renormalized(&c.Input)
 	var vs []variant
 	if !norm {
-		vs = append(vs, variant{"top-k weights renormalized to sum 1 where the case's do not", withWeights(c, true, given)})
+		vs = append(vs, variant{what: "top-k weights renormalized to sum 1 where the case's do not", c: withWeights(c, true, given)})
 	}
 	scores, _, why := routerScores(c)
 	if scores != nil {
 		ng := len(scores) / max(c.Input.M, 1)
 		sc := func(t, _ int, id int32) float64 { return scores[t*ng+int(id)] }
 		if norm {
-			vs = append(vs, variant{"top-k weights left as the sigmoid scores, not renormalized", withWeights(c, false, sc)})
+			vs = append(vs, variant{what: "top-k weights left as the sigmoid scores, not renormalized", c: withWeights(c, false, sc)})
 		} else {
-			vs = append(vs, variant{"top-k weights renormalized sigmoid scores where the case's are not", withWeights(c, true, sc)})
+			vs = append(vs, variant{what: "top-k weights renormalized sigmoid scores where the case's are not", c: withWeights(c, true, sc)})
 		}
 	}
 	if vs == nil {
@@ -660,7 +711,7 @@ func correctionBiasInWeights(c *validation.Case, s scope) ([]variant, string) {
 	}
 	ng := len(bias)
 	biased := func(t, _ int, id int32) float64 { return scores[t*ng+int(id)] + float64(bias[id]) }
-	return []variant{{"routing weights from sigmoid + correction bias (the selection scores)", withWeights(c, renormalized(&c.Input), biased)}}, ""
+	return []variant{{what: "routing weights from sigmoid + correction bias (the selection scores)", c: withWeights(c, renormalized(&c.Input), biased)}}, ""
 }
 
 func fc1BiasMissing(c *validation.Case, s scope) ([]variant, string) {
@@ -669,7 +720,7 @@ func fc1BiasMissing(c *validation.Case, s scope) ([]variant, string) {
 	}
 	d := clone(c)
 	d.Weights.W31Bias = nil
-	return []variant{{"no FC1 bias", d}}, ""
+	return []variant{{what: "no FC1 bias", c: d}}, ""
 }
 
 func fc2BiasMissing(c *validation.Case, s scope) ([]variant, string) {
@@ -678,7 +729,7 @@ func fc2BiasMissing(c *validation.Case, s scope) ([]variant, string) {
 	}
 	d := clone(c)
 	d.Weights.W2Bias = nil
-	return []variant{{"no FC2 bias", d}}, ""
+	return []variant{{what: "no FC2 bias", c: d}}, ""
 }
 
 func scalesSwizzled(c *validation.Case, s scope) ([]variant, string) {
@@ -707,14 +758,16 @@ func scalesSwizzled(c *validation.Case, s scope) ([]variant, string) {
 		f    func(rows, cols int) func(dst, lin []uint8)
 	}{{"linear %s read as 128x4 swizzled", readAsSwizzled}, {"128x4 swizzled %s read as linear", readAsLinear}} {
 		for _, which := range []string{"w31_scale", "w2_scale", "w31_scale and w2_scale"} {
-			d := clone(c)
-			if which != "w2_scale" {
-				d.Weights.W31Scale = s.perExpert(w.W31Scale, dir.f(w.Rows(), w.K/32))
-			}
-			if which != "w31_scale" {
-				d.Weights.W2Scale = s.perExpert(w.W2Scale, dir.f(w.K, w.N/32))
-			}
-			vs = append(vs, variant{fmt.Sprintf(dir.what, which), d})
+			vs = append(vs, lazy(fmt.Sprintf(dir.what, which), func() *validation.Case {
+				d := clone(c)
+				if which != "w2_scale" {
+					d.Weights.W31Scale = s.perExpert(w.W31Scale, dir.f(w.Rows(), w.K/32))
+				}
+				if which != "w31_scale" {
+					d.Weights.W2Scale = s.perExpert(w.W2Scale, dir.f(w.K, w.N/32))
+				}
+				return d
+			}))
 		}
 	}
 	return vs, ""
@@ -739,7 +792,7 @@ func epGlobalIDs(c *validation.Case, s scope) ([]variant, string) {
 				d.Input.TopKIDs[i] = f(id)
 			}
 		}
-		return variant{what, d}
+		return variant{what: what, c: d}
 	}
 	return []variant{
 		remap("global ids filtered as local ids (expert g taken as local expert g)", func(id int32) int32 {

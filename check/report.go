@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"kimimoe/activation"
+	"kimimoe/moe"
 	"kimimoe/mxfp"
 	"kimimoe/safetensors"
 	"kimimoe/validation"
@@ -192,6 +193,50 @@ type Report struct {
 	// repeat it.
 	sampled    []int
 	sampledRef []float64
+	// oracle is Compare's, kept for Diagnose when the check fails: its
+	// decoded experts, and its memo of the sampled rows' expert outputs,
+	// which the routing hypotheses reuse. Diagnose drops it.
+	oracle *moe.Oracle
+}
+
+// oracleRef is the oracle's output on every row of c. The sampled rows
+// run through a memo, returned for Diagnose; the others do not, so the
+// memo stays at most the sample's size (K float64s a routed token and
+// local expert).
+func oracleRef(c *validation.Case, sampled []int) ([]float64, *moe.Oracle, error) {
+	o, err := moe.NewOracle(c.Weights, c.Spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	memo := o.WithMemo()
+	m, k := c.Input.M, c.Weights.K
+	in := make([]bool, m)
+	for _, t := range sampled {
+		in[t] = true
+	}
+	var rest []int
+	for t := range m {
+		if !in[t] {
+			rest = append(rest, t)
+		}
+	}
+	a, b := make([]float64, len(sampled)*k), make([]float64, len(rest)*k)
+	if err := memo.Forward(a, &c.Input, sampled); err != nil {
+		return nil, nil, err
+	}
+	if len(rest) > 0 {
+		if err := o.Forward(b, &c.Input, rest); err != nil {
+			return nil, nil, err
+		}
+	}
+	ref := make([]float64, m*k)
+	for i, t := range sampled {
+		copy(ref[t*k:(t+1)*k], a[i*k:])
+	}
+	for i, t := range rest {
+		copy(ref[t*k:(t+1)*k], b[i*k:])
+	}
+	return ref, memo, nil
 }
 
 // RoundRef rounds the oracle's float64 output once to the candidate's
@@ -219,12 +264,13 @@ func Compare(c *validation.Case, got []float32, d safetensors.DType, opts Option
 		return nil, fmt.Errorf("%w: %d values, the case's output is [%d, %d]", ErrCandidate, len(got), m, k)
 	}
 	opts.progress("the oracle on %d rows of [%d, %d]", m, m, k)
-	ref, err := c.OracleForward(nil)
+	opts = opts.withDefaults()
+	sampled := validation.SampleRows(m, opts.MaxRows, 1)
+	ref, memo, err := oracleRef(c, sampled)
 	if err != nil {
 		return nil, err
 	}
 	RoundRef(ref, d)
-	opts = opts.withDefaults()
 	r := &Report{DType: string(d), Checked: describe(c), N: len(ref), MinCosine: opts.MinCosine, MaxNRMSE: opts.MaxNRMSE,
 		RTol: opts.RTol, ATol: opts.ATol, opts: opts, got: validation.Widen(got), dt: d}
 	r.Notes = append(r.Notes, fmt.Sprintf("the oracle's output was rounded once to %s (nearest even) before comparing", d))
@@ -233,7 +279,10 @@ func Compare(c *validation.Case, got []float32, d safetensors.DType, opts Option
 	}
 	r.measure(ref, m, k)
 	r.observe(c, ref, m, k)
-	r.sampled = validation.SampleRows(m, opts.MaxRows, 1)
+	r.sampled = sampled
+	if !r.Pass {
+		r.oracle = memo
+	}
 	r.sampledRef = make([]float64, 0, len(r.sampled)*k)
 	for _, t := range r.sampled {
 		r.sampledRef = append(r.sampledRef, ref[t*k:(t+1)*k]...)

@@ -24,14 +24,16 @@ func swapNibbles(dst, src []uint8) {
 func fp4NibblesSwapped(c *validation.Case, s scope) ([]variant, string) {
 	var vs []variant
 	for _, which := range []string{"w31", "w2", "w31 and w2"} {
-		d := clone(c)
-		if which != "w2" {
-			d.Weights.W31 = s.perExpert(c.Weights.W31, swapNibbles)
-		}
-		if which != "w31" {
-			d.Weights.W2 = s.perExpert(c.Weights.W2, swapNibbles)
-		}
-		vs = append(vs, variant{fmt.Sprintf("the two E2M1 codes of each byte of %s swapped (element 2j read from the high nibble)", which), d})
+		vs = append(vs, lazy(fmt.Sprintf("the two E2M1 codes of each byte of %s swapped (element 2j read from the high nibble)", which), func() *validation.Case {
+			d := clone(c)
+			if which != "w2" {
+				d.Weights.W31 = s.perExpert(c.Weights.W31, swapNibbles)
+			}
+			if which != "w31" {
+				d.Weights.W2 = s.perExpert(c.Weights.W2, swapNibbles)
+			}
+			return d
+		}))
 	}
 	return vs, ""
 }
@@ -55,18 +57,20 @@ func scaleExponentOff(c *validation.Case, s scope) ([]variant, string) {
 	// 1: an off-by-one bias (127 against 128); 2: E2M1's emax folded in twice or not at all.
 	for _, delta := range []int{1, -1, 2, -2} {
 		for _, which := range []string{"w31_scale", "w2_scale", "w31_scale and w2_scale"} {
-			d := clone(c)
-			if which != "w2_scale" {
-				d.Weights.W31Scale = s.perExpert(c.Weights.W31Scale, shiftScales(delta))
-			}
-			if which != "w31_scale" {
-				d.Weights.W2Scale = s.perExpert(c.Weights.W2Scale, shiftScales(delta))
-			}
 			why := "an off-by-one exponent bias"
 			if delta == 2 || delta == -2 {
 				why = "E2M1's emax (2) applied twice or dropped"
 			}
-			vs = append(vs, variant{fmt.Sprintf("the E8M0 exponents of %s off by %+d (%s)", which, delta, why), d})
+			vs = append(vs, lazy(fmt.Sprintf("the E8M0 exponents of %s off by %+d (%s)", which, delta, why), func() *validation.Case {
+				d := clone(c)
+				if which != "w2_scale" {
+					d.Weights.W31Scale = s.perExpert(c.Weights.W31Scale, shiftScales(delta))
+				}
+				if which != "w31_scale" {
+					d.Weights.W2Scale = s.perExpert(c.Weights.W2Scale, shiftScales(delta))
+				}
+				return d
+			}))
 		}
 	}
 	return vs, ""
@@ -74,7 +78,7 @@ func scaleExponentOff(c *validation.Case, s scope) ([]variant, string) {
 
 func routingWeightsNotApplied(c *validation.Case, s scope) ([]variant, string) {
 	one := func(int, int, int32) float64 { return 1 }
-	return []variant{{"the routing weights not applied (every slot's row added with weight 1)", withWeights(c, false, one)}}, ""
+	return []variant{{what: "the routing weights not applied (every slot's row added with weight 1)", c: withWeights(c, false, one)}}, ""
 }
 
 func topKTruncated(c *validation.Case, s scope) ([]variant, string) {
@@ -92,7 +96,7 @@ func topKTruncated(c *validation.Case, s scope) ([]variant, string) {
 			}
 			d.Input.TopKIDs[i] = id
 		}
-		vs = append(vs, variant{fmt.Sprintf("only the first %d of the %d slots summed", j, tk), d})
+		vs = append(vs, variant{what: fmt.Sprintf("only the first %d of the %d slots summed", j, tk), c: d})
 	}
 	return vs, ""
 }
@@ -125,7 +129,7 @@ func epMaskWrapped(c *validation.Case, s scope) ([]variant, string) {
 			}
 		}
 	}
-	return []variant{{"a -1 (masked) slot wrapped to the last local expert, as an index of -1 does in Python", d}}, ""
+	return []variant{{what: "a -1 (masked) slot wrapped to the last local expert, as an index of -1 does in Python", c: d}}, ""
 }
 
 // blockOf gives, for FC1 rows interleaved in blocks of kb rows (gate kb,
@@ -162,8 +166,8 @@ func gateUpBlockInterleaved(c *validation.Case, s scope) ([]variant, string) {
 			continue
 		}
 		vs = append(vs,
-			variant{fmt.Sprintf("FC1 rows [up; gate] read as interleaved in blocks of %d (gate %d, up %d, ...)", kb, kb, kb), permuteFC1(c, s, halvesOf(n, kb))},
-			variant{fmt.Sprintf("FC1 rows interleaved in blocks of %d read as halves [up; gate]", kb), permuteFC1(c, s, blockOf(n, kb))})
+			lazy(fmt.Sprintf("FC1 rows [up; gate] read as interleaved in blocks of %d (gate %d, up %d, ...)", kb, kb, kb), func() *validation.Case { return permuteFC1(c, s, halvesOf(n, kb)) }),
+			lazy(fmt.Sprintf("FC1 rows interleaved in blocks of %d read as halves [up; gate]", kb), func() *validation.Case { return permuteFC1(c, s, blockOf(n, kb)) }))
 	}
 	if vs == nil {
 		return nil, fmt.Sprintf("N = %d is a multiple of no block size 8, 16, 32, 64", n)
@@ -182,7 +186,7 @@ func situUpUnsaturated(c *validation.Case, s scope) ([]variant, string) {
 	for i := range d.Spec.Params {
 		d.Spec.Params[i].SituLinearBeta = noClamp
 	}
-	return []variant{{"SiTU's up branch left linear (u instead of linear_beta*tanh(u/linear_beta))", d}}, ""
+	return []variant{{what: "SiTU's up branch left linear (u instead of linear_beta*tanh(u/linear_beta))", c: d}}, ""
 }
 
 // uniformScale is the variant the candidate is closest to when it is the
@@ -191,7 +195,7 @@ func situUpUnsaturated(c *validation.Case, s scope) ([]variant, string) {
 func uniformScale(c *validation.Case, s float64) variant {
 	w := func(t, slot int, _ int32) float64 { return s * float64(c.Input.TopKWeights[t*c.Input.TopK+slot]) }
 	d := withWeights(c, false, w)
-	return variant{fmt.Sprintf("the output scaled by %.6g (a routed scaling factor applied twice or missed?)", s), d}
+	return variant{what: fmt.Sprintf("the output scaled by %.6g (a routed scaling factor applied twice or missed?)", s), c: d}
 }
 
 // xRoundedToBF16 stands for an MXFP8 quantization of x that works on x
@@ -215,5 +219,5 @@ func xRoundedToBF16(c *validation.Case, s scope) ([]variant, string) {
 	}
 	d := clone(c)
 	d.Input.X = x
-	return []variant{{"x rounded to BF16 before its MXFP8 quantization (the block amax and codes taken from BF16 values)", d}}, ""
+	return []variant{{what: "x rounded to BF16 before its MXFP8 quantization (the block amax and codes taken from BF16 values)", c: d}}, ""
 }
