@@ -8,12 +8,9 @@ import (
 	"kimimoe/mxfp"
 )
 
-// Derive shares each matrix's decode table when its codes are the same
-// slice (only scales, biases, the spec or the other matrix differ), decodes
-// it again when its codes differ, and computes what a fresh oracle
-// computes either way.
-func TestDeriveSharesDecodeTables(t *testing.T) {
-	w := NewWeights(2, 32, 64, true)
+// patterned fills w's codes with every byte value in turn and its scales
+// with exponents near 1, so that each expert's outputs differ.
+func patterned(w *Weights) *Weights {
 	for i := range w.W31 {
 		w.W31[i] = uint8(i * 7)
 	}
@@ -25,6 +22,15 @@ func TestDeriveSharesDecodeTables(t *testing.T) {
 			sc[i] = uint8(124 + i%3)
 		}
 	}
+	return w
+}
+
+// Derive shares each matrix's decode table when its codes are the same
+// slice (only scales, biases, the spec or the other matrix differ), decodes
+// it again when its codes differ, and computes what a fresh oracle
+// computes either way.
+func TestDeriveSharesDecodeTables(t *testing.T) {
+	w := patterned(NewWeights(2, 32, 64, true))
 	spec := LayerSpec{Activation: activation.Situ, Params: []activation.Params{activation.DefaultParams()}, Chain: ChainMXFP8, Recipe: mxfp.RecipeRCeil}
 	base, err := NewOracle(w, spec)
 	if err != nil {
@@ -176,18 +182,7 @@ func TestDecodeFP4EveryByte(t *testing.T) {
 // with other weights or another spec keeps no memo.
 func TestOracleMemo(t *testing.T) {
 	const e, n, k, m, topk = 4, 32, 64, 3, 2
-	w := NewWeights(e, n, k, true)
-	for i := range w.W31 {
-		w.W31[i] = uint8(i * 7)
-	}
-	for i := range w.W2 {
-		w.W2[i] = uint8(i * 13)
-	}
-	for _, sc := range [][]uint8{w.W31Scale, w.W2Scale} {
-		for i := range sc {
-			sc[i] = uint8(124 + i%3)
-		}
-	}
+	w := patterned(NewWeights(e, n, k, true))
 	x := make([]float32, m*k)
 	for i := range x {
 		x[i] = float32(i%11) - 5
