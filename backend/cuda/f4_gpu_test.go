@@ -76,7 +76,7 @@ func TestF4WidenExhaustive(t *testing.T) {
 // scales leave the exact widening's window has no wgmma-fp4 path.
 func TestF4Path(t *testing.T) {
 	b, l, s, w, o := kimiF4Layer(t)
-	if l.f4.w31 == 0 {
+	if !l.avail[PathFP4] {
 		t.Fatalf("no wgmma-fp4 path at the Kimi shape: %s", l.f4.whyNot)
 	}
 	for _, m := range []int{1, 8, 32, 48, 128, 512, 2048} {

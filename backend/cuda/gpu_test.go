@@ -27,7 +27,7 @@ func TestLayerLifecycle(t *testing.T) {
 	// Which path runs: wgmma-fp4 up to f4MaxMDefault tokens where it is
 	// available, else decode up to decodeMaxM tokens and grouped above.
 	small := "decode"
-	if l.f4.w31 != 0 {
+	if l.avail[PathFP4] {
 		small = "wgmma-fp4"
 	}
 	if grouped := l.PathFor(decodeMaxM + 1); l.PathFor(1) != small || l.PathFor(decodeMaxM) != small || (grouped != "grouped" && grouped != "wgmma" && grouped != "wgmma-fp4") {
@@ -61,7 +61,7 @@ func TestLayerLifecycle(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if l.mx.w31 != 0 || l.dec.w31 != 0 || l.params != 0 || len(l.ws) != 0 {
+	if l.mx.w31 != 0 || l.dec.w31 != 0 || l.f4.w31 != 0 || l.params != 0 || len(l.ws) != 0 || l.uploaded != [numPaths]bool{} {
 		t.Fatal("Close left device pointers behind")
 	}
 	if err := l.Close(); err != nil {

@@ -26,6 +26,8 @@ type Layer struct {
 	dec       decodeWeights
 	wg        wgWeights
 	f4        f4Weights
+	avail     [numPaths]bool // the paths the device and the shape allow
+	uploaded  [numPaths]bool // the paths whose weights are on the device
 	tune      Tuning
 	ws        map[int]*workspace // per token count, at most MaxWorkspaces
 	uses      uint64             // forwards so far, for the LRU order
@@ -40,16 +42,17 @@ type mxWeights struct{ w31, w31s, w2, w2s devptr }
 type decodeWeights struct{ w31, w31s, w2, w2s devptr }
 
 // wgWeights are FC1 and FC2 as BF16 in the wgmma operand's swizzled form
-// (wg_layout.go); w31 == 0 where the path is not available, and whyNot
-// says why.
+// (wg_layout.go), 0 while not uploaded; whyNot says why the path is not
+// available, where it is not.
 type wgWeights struct {
 	w31, w2 devptr
 	rows    [2]int // weight rows a tile, GEMM1 and GEMM2
 	whyNot  string
 }
 
-// f4Weights are FC1 and FC2 for the wgmma-fp4 GEMMs (f4_layout.go);
-// w31 == 0 where the path is not available, and whyNot says why.
+// f4Weights are FC1 and FC2 for the wgmma-fp4 GEMMs (f4_layout.go), 0
+// while not uploaded; whyNot says why the path is not available, where it
+// is not.
 type f4Weights struct {
 	w31, w31s, w2, w2s devptr
 	k, n               int // the GEMMs' K and N, padded (f4Dims)
@@ -62,9 +65,9 @@ func (mx *mxWeights) ptrs() []*devptr    { return []*devptr{&mx.w31, &mx.w31s, &
 func (d *decodeWeights) ptrs() []*devptr { return []*devptr{&d.w31, &d.w31s, &d.w2, &d.w2s} }
 
 // Prepare implements backend.Backend: it checks the request and copies the
-// weights and activation parameters to the device, in the form of every
-// path the device and shape allow. The layer runs the launch policy; a
-// Tuning (SetTuning) overrides it.
+// activation parameters and the weights to the device, in the form of
+// every path the device and shape allow and some forward's plan takes.
+// The layer runs the launch policy; a Tuning (SetTuning) overrides it.
 func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, error) {
 	if w == nil {
 		return nil, fmt.Errorf("%w: Prepare: weights are nil", moe.ErrInput)
@@ -93,7 +96,7 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 		if err := l.uploadWeights(); err != nil {
 			return err
 		}
-		if spec.Chain == moe.ChainBF16 && l.f4.w31 == 0 && l.wg.w31 == 0 {
+		if spec.Chain == moe.ChainBF16 && !l.avail[PathFP4] && !l.avail[PathWGMMA] {
 			return errors.Join(fmt.Errorf("%w: backend \"cuda\" runs the bf16 chain on its two wgmma paths only, which need an sm_90 device and weight scales up to 2^%d (%s; %s); use the %q backend",
 				backend.ErrUnsupported, f4MaxScale-127, l.f4.whyNot, l.wg.whyNot, backend.GoName), l.free())
 		}
@@ -107,10 +110,11 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 }
 
 // SetTuning replaces the layer's Tuning (the zero Tuning: the launch
-// policy) and frees its workspaces and graphs, made for the old plans. A
-// Tuning that forces a path the layer does not have (fp4-max-m where the
-// wgmma-fp4 weights are not on the device) is an error wrapping
-// backend.ErrUnsupported that says why the path is missing.
+// policy) and frees its workspaces and graphs, made for the old plans; it
+// uploads the weights of the paths the new plans take and frees those no
+// plan takes any more. A Tuning that forces a path the layer cannot have
+// (fp4-max-m where the device or the weight scales rule the wgmma-fp4
+// path out) is an error wrapping backend.ErrUnsupported that says why.
 func (l *Layer) SetTuning(t Tuning) error {
 	if err := t.check(); err != nil {
 		return err
@@ -119,19 +123,24 @@ func (l *Layer) SetTuning(t Tuning) error {
 		if l.closed {
 			return fmt.Errorf("%w: the layer is closed", backend.ErrClosed)
 		}
-		if t.FP4MaxM > 0 && l.f4.w31 == 0 {
+		if t.FP4MaxM > 0 && !l.avail[PathFP4] {
 			return fmt.Errorf("%w: the wgmma-fp4 path needs an sm_90 device and weight scales up to 2^%d (%s)",
 				backend.ErrUnsupported, f4MaxScale-127, l.f4.whyNot)
 		}
-		if t.WGMMAMinM > 0 && l.wg.w31 == 0 {
+		if t.WGMMAMinM > 0 && !l.avail[PathWGMMA] {
 			return fmt.Errorf("%w: the wgmma path needs an sm_90 device and K and N multiples of %d (%s)",
 				backend.ErrUnsupported, abiStageK, l.wg.whyNot)
 		}
-		l.tune = t
 		var errs []error
 		for k, ws := range l.ws {
 			errs = append(errs, ws.free())
 			delete(l.ws, k)
+		}
+		old := l.tune
+		l.tune = t
+		if err := l.syncWeights(); err != nil {
+			l.tune = old // the old plans' weights are all still there
+			errs = append(errs, err)
 		}
 		return errors.Join(errs...)
 	})
@@ -153,12 +162,15 @@ func (l *Layer) rowK(p Path) int {
 	return l.w.K
 }
 
-// plan is the launch plan of an m-token forward of top-k whose x has
+// shape is the plan input of an m-token forward of top-k whose x has
 // MXFP8 values BF16 does not hold (wide) or not.
-func (l *Layer) plan(m, topk int, wide bool) Plan {
-	return choosePlan(planShape{m: m, topk: topk, k: l.w.K, n: l.w.N, e: l.w.E, allLocal: l.spec.EP.Normalize().Size == 1,
-		wg: l.wg.w31 != 0, f4: l.f4.w31 != 0, wgRows: l.wg.rows, wide: wide, bf16: l.spec.Chain == moe.ChainBF16, actResident: l.b.k.actResident, tune: l.tune})
+func (l *Layer) shape(m, topk int, wide bool) planShape {
+	return planShape{m: m, topk: topk, k: l.w.K, n: l.w.N, e: l.w.E, allLocal: l.spec.EP.Normalize().Size == 1,
+		wg: l.avail[PathWGMMA], f4: l.avail[PathFP4], wgRows: l.wg.rows, wide: wide, bf16: l.spec.Chain == moe.ChainBF16, actResident: l.b.k.actResident, tune: l.tune}
 }
+
+// plan is the launch plan of an m-token forward of top-k, x wide or not.
+func (l *Layer) plan(m, topk int, wide bool) Plan { return choosePlan(l.shape(m, topk, wide)) }
 
 // PlanFor is the launch plan of a forward of m tokens of top-k whose x
 // BF16 holds: what kimimoe bench prints.
@@ -174,8 +186,8 @@ func (l *Layer) PlanFor(m, topk int) Plan {
 // of 128) where this says one of the two wgmma paths.
 func (l *Layer) PathFor(m int) string { return l.PlanFor(m, 1).Path.String() }
 
-// uploadWeights copies the activation parameters, the biases and every
-// path's weights to the device: all or none.
+// uploadWeights copies the activation parameters, the biases and the
+// weights of the paths the plans take to the device: all or none.
 func (l *Layer) uploadWeights() error {
 	w, spec := l.w, l.spec
 	l.epRank = spec.EP.Normalize().Rank
@@ -187,16 +199,46 @@ func (l *Layer) uploadWeights() error {
 	if w.W2Bias != nil {
 		ups = append(ups, upload{&l.b2, f32bytes(w.W2Bias)})
 	}
+	for p := range paths {
+		l.avail[p] = paths[p].available(l) == ""
+	}
 	err := l.uploadAll(ups...)
-	for _, p := range paths {
-		if err == nil {
-			err = p.upload(l) // uploadAll has waited for each copy
-		}
+	if err == nil {
+		err = l.syncWeights()
 	}
 	if err != nil {
 		return errors.Join(err, l.free())
 	}
 	return nil
+}
+
+// syncWeights uploads the weights of every available path that some
+// forward's plan takes under the layer's tuning and frees the others'.
+// Only Prepare and SetTuning call it, with no workspace (and so no graph)
+// left to point at freed weights. On an upload error nothing is freed.
+func (l *Layer) syncWeights() error {
+	used := pathsUsed(l.shape(1, 1, false))
+	for p := range paths {
+		if used[p] && l.avail[p] && !l.uploaded[p] {
+			if err := paths[p].upload(l); err != nil { // uploadAll has waited for each copy
+				return err
+			}
+			l.uploaded[p] = true
+		}
+	}
+	var errs []error
+	for p := range paths {
+		if !used[p] && l.uploaded[p] {
+			for _, d := range paths[p].weights(l) {
+				if *d != 0 {
+					errs = append(errs, cu.MemFree(*d))
+					*d = 0
+				}
+			}
+			l.uploaded[p] = false
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // upload is a host buffer and the layer field that gets its device copy.
@@ -252,8 +294,11 @@ func i32bytes(v []int32) []byte {
 // second call frees nothing twice.
 func (l *Layer) free() error {
 	var errs []error
-	ptrs := append([]*devptr{&l.params, &l.b1, &l.b2}, l.mx.ptrs()...)
-	ptrs = append(append(append(ptrs, l.dec.ptrs()...), l.wg.ptrs()...), l.f4.ptrs()...)
+	ptrs := []*devptr{&l.params, &l.b1, &l.b2}
+	for p := range paths {
+		ptrs = append(ptrs, paths[p].weights(l)...)
+		l.uploaded[p] = false
+	}
 	for _, p := range ptrs {
 		if *p != 0 {
 			errs = append(errs, cu.MemFree(*p))

@@ -8,8 +8,12 @@ type decodePath struct{}
 
 func (decodePath) steps(l *Layer, ws *workspace, p *Plan) []step { return l.decodeSteps(ws, p) }
 
-// upload copies the weights re-laid in the decode tiles; every device
-// runs this path.
+// available: every device and shape runs this path.
+func (decodePath) available(*Layer) string { return "" }
+
+func (decodePath) weights(l *Layer) []*devptr { return l.dec.ptrs() }
+
+// upload copies the weights re-laid in the decode tiles.
 func (decodePath) upload(l *Layer) error {
 	d31, d31s := decodeW31(l.w)
 	d2, d2s := decodeW2(l.w)

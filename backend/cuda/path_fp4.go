@@ -83,19 +83,24 @@ func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 	return gemm1, gemm2
 }
 
-// upload arranges and uploads the weights for the wgmma-fp4 path where it
-// is available, else records why not.
-func (fp4Path) upload(l *Layer) error {
+// available needs an sm_90 device and weight scales in the exact
+// widening's window (f4Available); it fixes the padded K and N.
+func (fp4Path) available(l *Layer) string {
 	w := l.w
 	if !l.b.arch.wgmma {
 		l.f4.whyNot = "the device is " + l.b.arch.target
-		return nil
+	} else if l.f4.whyNot = f4Available(w); l.f4.whyNot == "" {
+		l.f4.k, l.f4.n = f4Dims(w)
 	}
-	if l.f4.whyNot = f4Available(w); l.f4.whyNot != "" {
-		return nil
-	}
+	return l.f4.whyNot
+}
+
+func (fp4Path) weights(l *Layer) []*devptr { return l.f4.ptrs() }
+
+// upload arranges and uploads the weights for the wgmma-fp4 GEMMs.
+func (fp4Path) upload(l *Layer) error {
+	w := l.w
 	p31, s31 := f4W31(w)
 	p2, s2 := f4W2(w)
-	l.f4.k, l.f4.n = f4Dims(w)
 	return l.uploadAll(upload{&l.f4.w31, p31}, upload{&l.f4.w31s, s31}, upload{&l.f4.w2, p2}, upload{&l.f4.w2s, s2})
 }

@@ -94,7 +94,13 @@ func (groupedPath) steps(l *Layer, ws *workspace, p *Plan) []step {
 	return l.tiledSteps(ws, p, g1, g2)
 }
 
-// upload copies the weights as given; every device runs this path.
+// available: every device runs this path (and a plan takes it only
+// where K and N are multiples of 128).
+func (groupedPath) available(*Layer) string { return "" }
+
+func (groupedPath) weights(l *Layer) []*devptr { return l.mx.ptrs() }
+
+// upload copies the weights as given.
 func (groupedPath) upload(l *Layer) error {
 	w := l.w
 	return l.uploadAll(upload{&l.mx.w31, w.W31}, upload{&l.mx.w31s, w.W31Scale}, upload{&l.mx.w2, w.W2}, upload{&l.mx.w2s, w.W2Scale})

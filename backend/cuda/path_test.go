@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -465,5 +466,55 @@ func TestPlanByTokensPerExpert(t *testing.T) {
 	}
 	if p := oss(256); p.Loop != LoopSync || p.ActKernel {
 		t.Errorf("GPT-OSS-120B M=256 (8 tokens an expert): want the 16-token mma.sync loop without the activation kernel, got %s", p)
+	}
+}
+
+// pathsUsed names exactly the paths some forward's plan takes: on each
+// shape and tuning, every M up to 10000 and a few far beyond, x wide or
+// not, takes a path it names, and each path it names is taken. A Kimi
+// layer on sm_90a keeps only the wgmma-fp4 and grouped weights on the
+// device (the grouped for x BF16 does not hold).
+func TestPathsUsed(t *testing.T) {
+	oss := func(t Tuning) planShape { return planShape{topk: 4, k: 2880, n: 2880, e: 32, tune: t} }
+	shapes := map[string]func(Tuning) planShape{
+		"kimi":            func(t Tuning) planShape { return kimiShape(1, t) },
+		"kimi, no fp4":    func(t Tuning) planShape { s := kimiShape(1, t); s.f4 = false; return s },
+		"kimi, sm_89":     func(t Tuning) planShape { s := kimiShape(1, t); s.f4, s.wg = false, false; return s },
+		"kimi, bf16":      func(t Tuning) planShape { s := kimiShape(1, t); s.bf16 = true; return s },
+		"gpt-oss":         oss,
+		"gpt-oss, wgmma":  func(t Tuning) planShape { s := oss(t); s.f4, s.wg = true, true; return s },
+		"kimi, n 2048":    func(t Tuning) planShape { return kimiShapeN(1, 2048, t) },
+		"gpt-oss-120b":    func(t Tuning) planShape { return gptOSS120BShape(1, t) },
+		"kimi, bf16 only": func(t Tuning) planShape { s := kimiShape(1, t); s.bf16, s.f4 = true, false; return s },
+	}
+	tunings := []Tuning{{}, {FP4MaxM: -1}, {FP4MaxM: 512}, {FP4MaxM: -1, NoWGMMA: true}, {DecodeMaxM: -1},
+		{DecodeMaxM: 100, WGMMAMinM: 1}, {FP4MaxM: -1, WGMMAMinM: 4096}, {FP4MaxM: 1, DecodeMaxM: 2}}
+	for name, shape := range shapes {
+		for _, tu := range tunings {
+			s := shape(tu)
+			used := pathsUsed(s)
+			var taken [numPaths]bool
+			ms := []int{1 << 16, 1 << 24, math.MaxInt32}
+			for m := 1; m <= 10000; m++ {
+				ms = append(ms, m)
+			}
+			for _, m := range ms {
+				for _, wide := range []bool{false, true} {
+					s.m, s.wide = m, wide
+					p := choosePlan(s).Path
+					if !used[p] {
+						t.Fatalf("%s, %+v: M=%d (wide %v) takes %v, which pathsUsed %v lacks", name, tu, m, wide, p, used)
+					}
+					taken[p] = true
+				}
+			}
+			if taken != used {
+				t.Errorf("%s, %+v: pathsUsed %v, but the plans take %v", name, tu, used, taken)
+			}
+		}
+	}
+	want := [numPaths]bool{PathGrouped: true, PathFP4: true}
+	if got := pathsUsed(kimiShape(1, Tuning{})); got != want {
+		t.Errorf("Kimi on sm_90a keeps %v on the device, want %v", got, want)
 	}
 }

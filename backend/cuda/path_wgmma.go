@@ -33,20 +33,27 @@ func (l *Layer) wgSteps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 	return gemm1, gemm2
 }
 
-// upload arranges and uploads the weights for the wgmma path where it is
-// available, else records why not.
-func (wgmmaPath) upload(l *Layer) error {
+// available needs an sm_90 device and K and N the wgmma tiles divide; it
+// fixes the tile rows.
+func (wgmmaPath) available(l *Layer) string {
 	w := l.w
 	switch {
 	case !l.b.arch.wgmma:
 		l.wg.whyNot = "the device is " + l.b.arch.target
-		return nil
 	case wgTileRows(w) == 0:
 		l.wg.whyNot = fmt.Sprintf("K=%d, N=%d", w.K, w.N)
-		return nil
+	default:
+		// GEMM1 at 128 rows a tile (two CTAs an SM: one's activation
+		// epilogue runs beside the other's MMAs), GEMM2 at wgTileRows'.
+		l.wg.whyNot, l.wg.rows = "", [2]int{128, wgTileRows(w)}
 	}
-	// GEMM1 at 128 rows a tile (two CTAs an SM: one's activation epilogue
-	// runs beside the other's MMAs), GEMM2 at wgTileRows'.
-	l.wg.rows = [2]int{128, wgTileRows(w)}
+	return l.wg.whyNot
+}
+
+func (wgmmaPath) weights(l *Layer) []*devptr { return l.wg.ptrs() }
+
+// upload arranges and uploads the weights as BF16 wgmma operands.
+func (wgmmaPath) upload(l *Layer) error {
+	w := l.w
 	return l.uploadAll(upload{&l.wg.w31, wgW31(w, l.wg.rows[0])}, upload{&l.wg.w2, wgW2(w, l.wg.rows[1])})
 }

@@ -13,6 +13,7 @@ const (
 	PathGrouped             // token tiles on the mma.sync grouped GEMMs, MXFP4 weights as given
 	PathWGMMA               // token tiles on the warpgroup MMA, weights stored as BF16
 	PathFP4                 // the same with the MXFP4 weights widened to BF16 in registers
+	numPaths
 )
 
 func (p Path) String() string {

@@ -305,3 +305,30 @@ func f4sAddressable(tt int, elems ...int) bool {
 	}
 	return true
 }
+
+// pathsUsed are the paths some forward's plan takes on shape s (its m and
+// wide aside): a plan changes path only where M crosses a threshold, so
+// looking on both sides of each, with x that BF16 holds and x that it
+// does not, finds every one.
+func pathsUsed(s planShape) (used [numPaths]bool) {
+	t := s.tune
+	decodeMax := decodeMaxM
+	if t.DecodeMaxM != 0 {
+		decodeMax = t.DecodeMaxM
+	}
+	ms := []int{1, math.MaxInt32}
+	for _, th := range []int{decodeMax, or(t.FP4MaxM, f4MaxMDefault), or(t.WGMMAMinM, wgMinM)} {
+		for _, m := range []int{th - 1, th, th + 1} {
+			if m >= 1 && m <= math.MaxInt32 {
+				ms = append(ms, m)
+			}
+		}
+	}
+	for _, m := range ms {
+		for _, wide := range []bool{false, true} {
+			s.m, s.wide = m, wide
+			used[choosePlan(s).Path] = true
+		}
+	}
+	return used
+}

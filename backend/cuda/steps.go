@@ -57,16 +57,21 @@ func (ws *workspace) abiForm() int32 {
 // the device and its launches. Each path's file holds its type; paths
 // lists them, so adding a path is a type and a row there.
 type path interface {
-	// upload arranges and copies the path's weights where the device and
-	// the shape allow the path, else records why not and copies nothing.
+	// available says why the device or the shape rule the path out ("" where
+	// they allow it), and fixes the path's layout (tile rows, padded sizes).
+	available(l *Layer) string
+	// upload arranges and copies the path's weights; the layer calls it
+	// for the available paths that some forward's plan takes (syncWeights).
 	upload(l *Layer) error
+	// weights are the layer's device pointers to the path's weights.
+	weights(l *Layer) []*devptr
 	// steps are the launches of ws's plan p, in order, from the prologue
 	// to the finalize.
 	steps(l *Layer, ws *workspace, p *Plan) []step
 }
 
 // paths are the paths by Path, in the order their weights are uploaded.
-var paths = [...]path{PathGrouped: groupedPath{}, PathDecode: decodePath{}, PathWGMMA: wgmmaPath{}, PathFP4: fp4Path{}}
+var paths = [numPaths]path{PathGrouped: groupedPath{}, PathDecode: decodePath{}, PathWGMMA: wgmmaPath{}, PathFP4: fp4Path{}}
 
 // steps are the launches of ws's plan, in its order.
 func (l *Layer) steps(ws *workspace) []step {

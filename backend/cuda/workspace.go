@@ -119,10 +119,10 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 		// The decode path's buffers, each with one more row, all zeros.
 		{&ws.xqd, (m + 1) * kp}, {&ws.xsf, 4 * (m + 1) * kp / 32}, {&ws.touched, 4 * (w.E + 1)}, {&ws.aqsf, 4 * (entries + 1) * np / 32},
 	}
-	if l.wg.w31 != 0 || l.f4.w31 != 0 { // the BF16 paths' x and intermediate, at the padded shape where it is larger
+	if l.avail[PathWGMMA] || l.avail[PathFP4] { // the BF16 paths' x and intermediate, at the padded shape where it is larger
 		bufs = append(bufs, buf{&ws.xbf, 2 * m * max(w.K, l.f4.k)}, buf{&ws.aqbf, 2 * entries * max(w.N, l.f4.n)})
 	}
-	if l.f4.w31 != 0 { // at most one tile an entry, and one partial tile an expert
+	if l.avail[PathFP4] { // at most one tile an entry, and one partial tile an expert
 		bufs = append(bufs, buf{&ws.ready, 4 * 2 * (entries + w.E)}) // two counts a tile at most (actByTile)
 	}
 	if ws.plans[0].ActKernel {
