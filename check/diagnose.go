@@ -142,6 +142,7 @@ var hypotheses = []hypothesis{
 	{"fc2_bias_missing", "the FC2 bias (w2_bias) not added", fc2BiasMissing},
 	{"scales_swizzled", "weight scales in FlashInfer's 128x4 swizzled layout read as linear, or linear scales read as swizzled (FlashInfer #3841)", scalesSwizzled},
 	{"ep_global_ids", "expert-parallel filtering on local ids where global ids were given, or on global ids where local ids were given", epGlobalIDs},
+	{"marlin_scales_unpermuted", "E8M0 scales handed to Marlin in the checkpoint's order, not in the order its prepare step (marlin_permute_scales, then pairs [0, 2, 1, 3]) makes: each 64 output features read one another's scales", marlinScalesUnpermuted},
 	{"gate_up_block_interleaved", "FC1's gate and up rows interleaved in blocks of 8, 16, 32 or 64 rows taken as halves, or the reverse (FlashInfer #4874)", gateUpBlockInterleaved},
 	{"fp4_nibbles_swapped", "the two E2M1 codes of each weight byte in the other order (triton #5197, ROCm CK #1889)", fp4NibblesSwapped},
 	{"scale_exponent_off", "E8M0 weight scales off by one exponent, or by E2M1's emax of 2 (vLLM #43557, #53110)", scaleExponentOff},

@@ -175,6 +175,65 @@ func gateUpBlockInterleaved(c *validation.Case, s scope) ([]variant, string) {
 	return vs, ""
 }
 
+// marlinScaleOrder is where Marlin wants each output feature's E8M0 scale
+// within a block of 64 features: position p of its prepared scales holds
+// feature marlinScaleOrder[p]. vLLM's prepare_moe_mxfp4_layer_for_marlin
+// permutes the [K/32, N] scales in groups of 64 columns
+// (marlin_permute_scales below a group of K: [i + 8j for i, j < 8]) and
+// then each 4 columns as [0, 2, 1, 3] for its BF16 dequantization.
+var marlinScaleOrder = func() (o [64]int) {
+	var perm [64]int
+	for i := range 8 {
+		for j := range 8 {
+			perm[8*i+j] = i + 8*j
+		}
+	}
+	pair := [4]int{0, 2, 1, 3}
+	for p := range o {
+		o[p] = perm[p/4*4+pair[p%4]]
+	}
+	return o
+}()
+
+// marlinScalesUnpermuted is Marlin given the scales in the checkpoint's
+// order: it reads feature n's scale from the position where its prepared
+// order would hold it, which holds feature marlinScaleOrder^-1(n)'s.
+func marlinScalesUnpermuted(c *validation.Case, s scope) ([]variant, string) {
+	w := c.Weights
+	var inv [64]int
+	for p, f := range marlinScaleOrder {
+		inv[f] = p
+	}
+	unpermuted := func(rows, cols int) func(dst, src []uint8) {
+		return func(dst, src []uint8) {
+			for r := range rows {
+				from := r/64*64 + inv[r%64]
+				copy(dst[r*cols:(r+1)*cols], src[from*cols:(from+1)*cols])
+			}
+		}
+	}
+	var vs []variant
+	for _, which := range []string{"w31_scale", "w2_scale", "w31_scale and w2_scale"} {
+		if which != "w2_scale" && w.Rows()%64 != 0 || which != "w31_scale" && w.K%64 != 0 {
+			continue
+		}
+		vs = append(vs, lazy(fmt.Sprintf("%s given to Marlin in the checkpoint's order, not permuted as marlin_permute_scales wants", which), func() *validation.Case {
+			d := clone(c)
+			if which != "w2_scale" {
+				d.Weights.W31Scale = s.perExpert(w.W31Scale, unpermuted(w.Rows(), w.K/32))
+			}
+			if which != "w31_scale" {
+				d.Weights.W2Scale = s.perExpert(w.W2Scale, unpermuted(w.K, w.N/32))
+			}
+			return d
+		}))
+	}
+	if vs == nil {
+		return nil, fmt.Sprintf("neither FC1's %d rows nor FC2's %d are a multiple of Marlin's 64-feature scale groups", w.Rows(), w.K)
+	}
+	return vs, ""
+}
+
 // situUpUnsaturated is SiTU with its up branch linear: linear_beta taken
 // as infinite, so linear_beta*tanh(u/linear_beta) is u (transformers
 // #48890 dropped the saturation).

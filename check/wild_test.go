@@ -87,6 +87,49 @@ func TestDiagnoseNamesTheWildMistakes(t *testing.T) {
 			}
 			return d
 		}},
+		{"marlin_scales_unpermuted", "w31_scale and w2_scale given to Marlin", false, func(c *validation.Case) *validation.Case {
+			// vLLM's preparation, step by step on the column indices of a
+			// 64-column group: at position p it puts column at[p]. Marlin
+			// reads column n's scale at the position its preparation put
+			// it; given the checkpoint's order, that position holds
+			// column p's scale.
+			at := make([]int, 64)
+			for i := range at {
+				at[i] = i
+			}
+			var perm []int
+			for i := range 8 {
+				for j := range 8 {
+					perm = append(perm, i+8*j)
+				}
+			}
+			step := make([]int, 64)
+			for p, q := range perm {
+				step[p] = at[q]
+			}
+			for p := range at {
+				at[p] = step[p/4*4+[]int{0, 2, 1, 3}[p%4]]
+			}
+			d := copyCase(c)
+			read := func(src []uint8, rows, cols int) []uint8 {
+				dst := make([]uint8, len(src))
+				for e := range c.Weights.E {
+					for r := range rows {
+						for p, col := range at {
+							if r%64 == col {
+								from := r/64*64 + p
+								copy(dst[(e*rows+r)*cols:(e*rows+r+1)*cols], src[(e*rows+from)*cols:])
+							}
+						}
+					}
+				}
+				return dst
+			}
+			w := c.Weights
+			d.Weights.W31Scale = read(w.W31Scale, w.Rows(), w.K/32)
+			d.Weights.W2Scale = read(w.W2Scale, w.K, w.N/32)
+			return d
+		}},
 		{"gate_up_block_interleaved", "read as interleaved in blocks of 16", false, func(c *validation.Case) *validation.Case {
 			// The kernel takes storage row j of each block of 32 as gate
 			// (j%32 < 16) or up: the case as it computed has, as its up row
