@@ -43,8 +43,8 @@ func lazy(what string, make func() *validation.Case) variant {
 	return variant{what: what, make: make}
 }
 
-// cas is v's case.
-func (v variant) cas() *validation.Case {
+// instance is v's case, made now if v is lazy.
+func (v variant) instance() *validation.Case {
 	if v.make != nil {
 		return v.make()
 	}
@@ -320,7 +320,7 @@ func (ev *evaluator) measure(res Hypothesis, vs []variant, rows []int) (Hypothes
 	var errs []string
 	var tied []int
 	for i, v := range vs {
-		ref, err := ev.forward(v.cas(), rows)
+		ref, err := ev.forward(v.instance(), rows)
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("%s: %v", v.what, err))
 			continue
