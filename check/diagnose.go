@@ -3,7 +3,6 @@ package check
 import (
 	"fmt"
 	"math"
-	"reflect"
 	"slices"
 	"strings"
 
@@ -192,18 +191,17 @@ func Diagnose(c *validation.Case, r *Report) {
 		r.DiagnosisRows = rows
 	}
 	r.Diagnosis = nil
-	// Compare's oracle has decoded the experts, and its memo holds the
-	// sampled rows' expert outputs; variants with the same codes share them.
-	base := r.oracle
-	r.oracle = nil
-	if base == nil || base.Weights() != c.Weights || !reflect.DeepEqual(base.Spec(), c.Spec) {
-		o, err := moe.NewOracle(c.Weights, c.Spec)
-		if err != nil {
-			r.DiagnosisNote = fmt.Sprintf("no diagnosis: %v", err)
-			return
-		}
-		base = o.WithMemo()
+	// Variants with the same codes share base's decoded experts, and
+	// those with the same weights and spec its memo, which starts with
+	// Compare's expert outputs of the sampled rows (WithMemo ignores a
+	// memo of another case).
+	o, err := moe.NewOracle(c.Weights, c.Spec)
+	if err != nil {
+		r.DiagnosisNote = fmt.Sprintf("no diagnosis: %v", err)
+		return
 	}
+	base := o.WithMemo(r.memo)
+	r.memo = nil
 	ev := &evaluator{r: r, base: base, k: k}
 	screen := worstRows(r.got, ref, rows, k, screenRows)
 	// Variants copy the weights they change: each hypothesis's are built

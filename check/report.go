@@ -193,22 +193,22 @@ type Report struct {
 	// repeat it.
 	sampled    []int
 	sampledRef []float64
-	// oracle is Compare's, kept for Diagnose when the check fails: its
-	// decoded experts, and its memo of the sampled rows' expert outputs,
-	// which the routing hypotheses reuse. Diagnose drops it.
-	oracle *moe.Oracle
+	// memo holds the expert outputs of Compare's oracle on the sampled
+	// rows, kept for Diagnose when the check fails: the routing
+	// hypotheses reuse them. Diagnose drops it.
+	memo *moe.Memo
 }
 
 // oracleRef is the oracle's output on every row of c. The sampled rows
 // run through a memo, returned for Diagnose; the others do not, so the
 // memo stays at most the sample's size (K float64s a routed token and
 // local expert).
-func oracleRef(c *validation.Case, sampled []int) ([]float64, *moe.Oracle, error) {
+func oracleRef(c *validation.Case, sampled []int) ([]float64, *moe.Memo, error) {
 	o, err := moe.NewOracle(c.Weights, c.Spec)
 	if err != nil {
 		return nil, nil, err
 	}
-	memo := o.WithMemo()
+	memo := o.WithMemo(nil)
 	m, k := c.Input.M, c.Weights.K
 	in := make([]bool, m)
 	for _, t := range sampled {
@@ -236,7 +236,7 @@ func oracleRef(c *validation.Case, sampled []int) ([]float64, *moe.Oracle, error
 	for i, t := range rest {
 		copy(ref[t*k:(t+1)*k], b[i*k:])
 	}
-	return ref, memo, nil
+	return ref, memo.Memo(), nil
 }
 
 // RoundRef rounds the oracle's float64 output once to the candidate's
@@ -281,7 +281,7 @@ func Compare(c *validation.Case, got []float32, d safetensors.DType, opts Option
 	r.observe(c, ref, m, k)
 	r.sampled = sampled
 	if !r.Pass {
-		r.oracle = memo
+		r.memo = memo
 	}
 	r.sampledRef = make([]float64, 0, len(r.sampled)*k)
 	for _, t := range r.sampled {

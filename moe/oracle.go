@@ -52,15 +52,19 @@ type Oracle struct {
 	numGlobal int
 	dec31     *decodeTable // FC1's; shared with the oracles Derive makes
 	dec2      *decodeTable // FC2's; likewise
-	memo      *expertMemo  // nil unless WithMemo
+	memo      *Memo        // nil unless WithMemo
 }
 
-// expertMemo keeps expert outputs, one token through one local expert
-// before its routing weight, for oracles of the same weights and spec:
-// their forwards on the same x reuse them whatever the routing.
-type expertMemo struct {
-	mu sync.Mutex
-	y  map[memoKey][]float64
+// Memo keeps expert outputs, one token through one local expert before
+// its routing weight, computed by oracles of one layer's weights and spec:
+// their later forwards on the same x reuse them whatever the routing. It
+// holds K float64s a token and local expert it has seen, and nothing of
+// the decoded weights.
+type Memo struct {
+	w    *Weights
+	spec LayerSpec
+	mu   sync.Mutex
+	y    map[memoKey][]float64
 }
 
 // memoKey names a token's x by the slice it lies in: the memo takes x as
@@ -81,18 +85,25 @@ func keyOf(in *Input, t, e int) memoKey {
 	return k
 }
 
-// WithMemo returns an oracle for o's weights and spec that keeps every
-// expert output its forwards compute (K float64s a token and local
-// expert) and reuses them in later forwards on the same x (the same
-// slice, unchanged) whatever their routing: ids, weights, rows. Oracles
-// Derive makes from it share the memo when their weights (every slice)
+// WithMemo returns an oracle for o's weights and spec (sharing o's
+// decoded experts) that reads and fills m: it reuses an expert output m
+// holds in any later forward on the same x (the same slice, unchanged),
+// whatever its routing (ids, weights, rows). A nil m, or one made for
+// other weights (any other slice) or another spec, is replaced by a new
+// Memo. Oracles Derive makes from it share the memo when their weights
 // and spec are o's, and keep none otherwise. The outputs are the same
-// bits as without the memo.
-func (o *Oracle) WithMemo() *Oracle {
-	m := *o
-	m.memo = &expertMemo{y: map[memoKey][]float64{}}
-	return &m
+// bits as without a memo.
+func (o *Oracle) WithMemo(m *Memo) *Oracle {
+	d := *o
+	if m == nil || !sameWeights(m.w, o.w) || !reflect.DeepEqual(m.spec, o.spec) {
+		m = &Memo{w: o.w, spec: o.spec, y: map[memoKey][]float64{}}
+	}
+	d.memo = m
+	return &d
 }
+
+// Memo returns the memo WithMemo gave o, or nil.
+func (o *Oracle) Memo() *Memo { return o.memo }
 
 // decodeTable holds one weight matrix's E2M1 codes (FC1's or FC2's)
 // decoded to int8 at twice their value, per expert, each decoded on first

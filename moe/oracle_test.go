@@ -198,7 +198,7 @@ func TestOracleMemo(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		memo := base.WithMemo()
+		memo := base.WithMemo(nil)
 		for r, in := range routings {
 			for _, rows := range [][]int{nil, {2}, {1, 0}} {
 				d, err := memo.Derive(w, spec)
@@ -247,6 +247,12 @@ func TestOracleMemo(t *testing.T) {
 			if d, _ := memo.Derive(c.w, c.spec); d.memo != nil {
 				t.Errorf("%v: an oracle derived with other weights or spec shares the memo", ch)
 			}
+			if o, _ := NewOracle(c.w, c.spec); o.WithMemo(memo.Memo()).Memo() == memo.Memo() {
+				t.Errorf("%v: WithMemo took a memo of other weights or another spec", ch)
+			}
+		}
+		if again := base.WithMemo(memo.Memo()); again.Memo() != memo.Memo() {
+			t.Errorf("%v: WithMemo replaced a memo of the same weights and spec", ch)
 		}
 	}
 }
