@@ -29,6 +29,11 @@
 // its own float32 rounding, far below the threshold, while the unmodified
 // case fails; two hypotheses only tie when they give the same output.
 //
+// A failing report keeps the oracle's expert outputs on its sampled rows
+// (K float64s a routed token and local expert: 14 MB at the Kimi-K3
+// shape) for Diagnose, whose routing hypotheses reuse them; Diagnose
+// drops them.
+//
 // Nothing here changes the case or the candidate: each hypothesis works on
 // copies of what it alters.
 package check
