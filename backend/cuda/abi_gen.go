@@ -92,18 +92,9 @@ func abiHeader() string {
 		{"CHAIN_MXFP8", int(abiChainMXFP8)}, {"CHAIN_FLASHINFER", int(abiChainFlashInfer)}, {"CHAIN_BF16", int(abiChainBF16)},
 		{"FORM_QUANTIZED", int(abiFormQuantized)}, {"FORM_FLOAT", int(abiFormFloat)},
 		{"DECODE_THREADS", abiDecodeThreads},
-		{"WG_TOKENS", abiWGTokens}, {"WG_CHUNK_K", abiWGChunkK}, {"WG_STAGES_128", wgStages[128]}, {"WG_STAGES_256", wgStages[256]},
-		{"WG_SMEM_128", wgSmem(128)}, {"WG_SMEM_256", wgSmem(256)},
+		{"WG_TOKENS", abiWGTokens}, {"WG_CHUNK_K", abiWGChunkK},
 		{"SMEM_ALIGN", abiSmemAlign},
-		{"F4_STAGES_T8", f4Stages[8]}, {"F4_STAGES_T16", f4Stages[16]}, {"F4_STAGES_T32", f4Stages[32]},
-		{"F4_STAGES_T48", f4Stages[48]}, {"F4_STAGES_T64", f4Stages[64]}, {"F4_STAGES_T128", f4Stages[128]}, {"F4_STAGES_T256", f4Stages[256]},
-		{"F4_SMEM_T8", f4Smem(8)}, {"F4_SMEM_T128", f4Smem(128)}, {"F4_SMEM_T256", f4Smem(256)},
-		{"F4_AHEAD_T8", f4Ahead[8]}, {"F4_AHEAD_T16", f4Ahead[16]}, {"F4_AHEAD_T32", f4Ahead[32]},
-		{"F4_AHEAD_T48", f4Ahead[48]}, {"F4_AHEAD_T64", f4Ahead[64]}, {"F4_AHEAD_T128", f4Ahead[128]}, {"F4_AHEAD_T256", f4Ahead[256]},
-		{"F4S_WIN_K_T8", f4sWinK[8]}, {"F4S_WIN_K_T16", f4sWinK[16]}, {"F4S_AHEAD_T8", f4sAhead[8]}, {"F4S_AHEAD_T16", f4sAhead[16]},
-		{"F4S_BLOCKS_T8", f4sBlocks[8]}, {"F4S_BLOCKS_T16", f4sBlocks[16]},
 		{"F4S_DEEP2_AHEAD", f4sDeep2.ahead}, {"F4S_DEEP2_BLOCKS", f4sDeep2.blocks},
-		{"F4S_SMEM_T8", f4sSmem(8)}, {"F4S_SMEM_T16", f4sSmem(16)},
 		{"F4_CHUNK_BYTES", f4ChunkBytes}, {"F4_CHUNK_SCALES", f4ChunkScales}, {"F4_TILE_MAX", abiF4TileMax},
 		{"F4_FIT_TILE_MAX", f4FitTiles[len(f4FitTiles)-1]}, {"F4_FIT_PIPE", f4FitPipe}, {"F4_FIT_PIPE_AHEAD", f4FitPipeAhead}, {"F4_PIPE_MIN_T", f4PipeMinTokens},
 		{"F4_W3_THREADS", f4W3Threads}, {"F4_W3_FEATURES", f4W3Features}, {"F4_W3_AHEAD", f4W3Ahead}, {"F4_W3_FIT_STEP", f4W3FitStep},
@@ -116,11 +107,50 @@ func abiHeader() string {
 	for _, k := range activation.Kinds() {
 		fmt.Fprintf(&b, "#define KMOE_ACT_%s %d\n", strings.ToUpper(k.String()), activationCode(k))
 	}
+	b.WriteString(tileConstants())
 	for _, t := range []reflect.Type{kQuantizeX.args, kRouteCount.args, kRouteScatter.args, kGemm1Small.args, kGemm2Small.args, kFinalize.args,
 		kDecPrologue.args, kDecGemm1[1].args, kDecGemm2[1].args, kTestWiden4.args, kXBF16.args, kRouteXBF16.args, kWGGemm1[128].args, kWGGemm2[128].args, kGatherRows.args, kAddRows.args,
 		kF4Gemm1[8].args, kF4Gemm2[8].args, kTestF4Widen.args, kL2Flush.args, kTestSitu.args, kTestMxfp8Val.args, kActRequant.args} {
 		b.WriteString(cStruct(t))
 	}
 	b.WriteString("// End of the generated ABI.\n")
+	return b.String()
+}
+
+// tileConstants are the per-tile constants of the tiled loops as C++
+// specializations, one for each tile an instance runs at: a kernel
+// instantiated for a tile that has none fails the compile instead of
+// taking another tile's values, and a table here without a tile the
+// instances list panics (every test that builds the program sees it).
+func tileConstants() string {
+	var b strings.Builder
+	at := func(table string, m map[int]int, t int) int {
+		v, ok := m[t]
+		if !ok {
+			panic(fmt.Sprintf("cuda: %s has no entry for the %d tile", table, t))
+		}
+		return v
+	}
+	family := func(name, doc string, tiles []int, fields []string, vals func(t int) []int) {
+		fmt.Fprintf(&b, "// %s\ntemplate <int T> struct %s;\n", doc, name)
+		for _, t := range tiles {
+			v := vals(t)
+			parts := make([]string, len(fields))
+			for i, f := range fields {
+				parts[i] = fmt.Sprintf("%s = %d", f, v[i])
+			}
+			fmt.Fprintf(&b, "template <> struct %s<%d> { static constexpr int %s; };\n", name, t, strings.Join(parts, ", "))
+		}
+	}
+	family("F4Tile", "The wgmma-fp4 loop per tile of T tokens: f4Stages, f4Ahead, f4Smem.", f4Tiles,
+		[]string{"stages", "ahead", "smem"}, func(t int) []int {
+			return []int{at("f4Stages", f4Stages, t), at("f4Ahead", f4Ahead, t), f4Smem(t)}
+		})
+	family("F4SyncTile", "The mma.sync loop per tile of T tokens: f4sWinK, f4sAhead, f4sBlocks, f4sSmem.", f4sTiles,
+		[]string{"win_k", "ahead", "blocks", "smem"}, func(t int) []int {
+			return []int{at("f4sWinK", f4sWinK, t), at("f4sAhead", f4sAhead, t), at("f4sBlocks", f4sBlocks, t), f4sSmem(t)}
+		})
+	family("WgTile", "The wgmma path per tile of T weight rows: wgStages, wgSmem.", wgRows,
+		[]string{"stages", "smem"}, func(t int) []int { return []int{at("wgStages", wgStages, t), wgSmem(t)} })
 	return b.String()
 }

@@ -177,10 +177,10 @@ extern "C" __global__ void __launch_bounds__(KMOE_THREADS, 2) kmoe_f4_gemm2_fit_
 // f4sAhead and f4sBlocks in abi.go), and GEMM2's 8-token variant for grids
 // that fill under two CTAs an SM (f4sDeep2): more weights in flight a
 // thread, more registers, fewer CTAs an SM.
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_BLOCKS_T8) kmoe_f4s_gemm1_act_t8(const F4Gemm1Args a) { f4_gemm1_act<8, KMOE_F4S_AHEAD_T8>(a); }
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_BLOCKS_T16) kmoe_f4s_gemm1_act_t16(const F4Gemm1Args a) { f4_gemm1_act<16, KMOE_F4S_AHEAD_T16>(a); }
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_BLOCKS_T8) kmoe_f4s_gemm2_t8(const F4Gemm2Args a) { f4_gemm2<8, KMOE_F4S_AHEAD_T8>(a); }
-extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_BLOCKS_T16) kmoe_f4s_gemm2_t16(const F4Gemm2Args a) { f4_gemm2<16, KMOE_F4S_AHEAD_T16>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, F4SyncTile<8>::blocks) kmoe_f4s_gemm1_act_t8(const F4Gemm1Args a) { f4_gemm1_act<8, F4SyncTile<8>::ahead>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, F4SyncTile<16>::blocks) kmoe_f4s_gemm1_act_t16(const F4Gemm1Args a) { f4_gemm1_act<16, F4SyncTile<16>::ahead>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, F4SyncTile<8>::blocks) kmoe_f4s_gemm2_t8(const F4Gemm2Args a) { f4_gemm2<8, F4SyncTile<8>::ahead>(a); }
+extern "C" __global__ void __launch_bounds__(KMOE_THREADS, F4SyncTile<16>::blocks) kmoe_f4s_gemm2_t16(const F4Gemm2Args a) { f4_gemm2<16, F4SyncTile<16>::ahead>(a); }
 extern "C" __global__ void __launch_bounds__(KMOE_THREADS, KMOE_F4S_DEEP2_BLOCKS) kmoe_f4s_gemm2_t8_deep(const F4Gemm2Args a) { f4_gemm2<8, KMOE_F4S_DEEP2_AHEAD>(a); }
 
 // The GEMM1 epilogue as a kernel of its own (the wgmma-fp4 path where

@@ -11,9 +11,9 @@
 // and the wgmma waits were where the warps stalled most.
 // Each accumulator still sums its k16 steps in k order, in float32.
 #if defined(WG_ENABLED)
-// The token window, k a window, per tile (f4sWinK in abi.go).
+// The token window, k a window, per tile (F4SyncTile: f4sWinK in abi_fp4.go).
 template <int NT>
-__device__ constexpr int f4s_win() { return NT == 8 ? KMOE_F4S_WIN_K_T8 : KMOE_F4S_WIN_K_T16; }
+__device__ constexpr int f4s_win() { return F4SyncTile<NT>::win_k; }
 // Bytes a staged token row: 16 more, so ldmatrix's 8 rows fall in 8 bank groups.
 template <int NT>
 __device__ constexpr int f4s_row() { return 2 * f4s_win<NT>() + 16; }
@@ -26,7 +26,7 @@ struct F4SyncSmem {
     u8 x[2][NT][f4s_row<NT>()];
     int src[NT];
 };
-static_assert(sizeof(F4SyncSmem<8>) == KMOE_F4S_SMEM_T8 && sizeof(F4SyncSmem<16>) == KMOE_F4S_SMEM_T16,
+static_assert(sizeof(F4SyncSmem<8>) == F4SyncTile<8>::smem && sizeof(F4SyncSmem<16>) == F4SyncTile<16>::smem,
               "the host's dynamic shared memory sizes");
 
 // Four 8 x 8 BF16 matrices from shared memory, lane l giving row l % 8 of

@@ -1,19 +1,12 @@
 #if defined(WG_ENABLED)
-// 128-k steps of weights a thread has in flight in registers, per tile
-// (f4Ahead in abi.go, measured per tile).
+// 128-k steps of weights a thread has in flight in registers, and token
+// chunks staged at once, per tile (F4Tile, generated from f4Ahead and
+// f4Stages in abi_fp4.go, measured per tile).
 template <int NT>
-__device__ constexpr int f4_ahead() {
-    return NT == 8 ? KMOE_F4_AHEAD_T8 : NT == 16 ? KMOE_F4_AHEAD_T16 : NT == 32 ? KMOE_F4_AHEAD_T32
-                                    : NT == 48 ? KMOE_F4_AHEAD_T48 : NT == 64 ? KMOE_F4_AHEAD_T64
-                                    : NT == 128 ? KMOE_F4_AHEAD_T128 : KMOE_F4_AHEAD_T256;
-}
+__device__ constexpr int f4_ahead() { return F4Tile<NT>::ahead; }
 
 template <int NT>
-__device__ constexpr int f4_stages() {
-    return NT == 8 ? KMOE_F4_STAGES_T8 : NT == 16 ? KMOE_F4_STAGES_T16 : NT == 32 ? KMOE_F4_STAGES_T32
-                                     : NT == 48 ? KMOE_F4_STAGES_T48 : NT == 64 ? KMOE_F4_STAGES_T64
-                                     : NT == 128 ? KMOE_F4_STAGES_T128 : KMOE_F4_STAGES_T256;
-}
+__device__ constexpr int f4_stages() { return F4Tile<NT>::stages; }
 
 // A stage holds one step: two 64-k chunks of the tile's tokens, each in
 // the wgmma path's 128-byte swizzled form (sw_off; 1024-byte aligned
@@ -23,8 +16,10 @@ struct F4Smem {
     u8 b[f4_stages<NT>()][2][NT * WG_CHUNK_BYTES];
     int src[NT];
 };
-static_assert(sizeof(F4Smem<8>) + KMOE_SMEM_ALIGN == KMOE_F4_SMEM_T8 && sizeof(F4Smem<128>) + KMOE_SMEM_ALIGN == KMOE_F4_SMEM_T128 &&
-                  sizeof(F4Smem<256>) + KMOE_SMEM_ALIGN == KMOE_F4_SMEM_T256,
+static_assert(sizeof(F4Smem<8>) + KMOE_SMEM_ALIGN == F4Tile<8>::smem && sizeof(F4Smem<16>) + KMOE_SMEM_ALIGN == F4Tile<16>::smem &&
+                  sizeof(F4Smem<32>) + KMOE_SMEM_ALIGN == F4Tile<32>::smem && sizeof(F4Smem<48>) + KMOE_SMEM_ALIGN == F4Tile<48>::smem &&
+                  sizeof(F4Smem<64>) + KMOE_SMEM_ALIGN == F4Tile<64>::smem && sizeof(F4Smem<128>) + KMOE_SMEM_ALIGN == F4Tile<128>::smem &&
+                  sizeof(F4Smem<256>) + KMOE_SMEM_ALIGN == F4Tile<256>::smem,
               "the host's dynamic shared memory sizes (smem_1k's alignment included)");
 
 // d += A (64 x 16 BF16 in registers, the layout's fragment) x B (16 x N,

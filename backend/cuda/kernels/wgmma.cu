@@ -26,7 +26,7 @@
 // (their 64 accumulators a thread allow it), so three stages of 32 KB;
 // 256-row tiles one, with four of 48 KB.
 template <int BN>
-__device__ constexpr int wg_stages() { return BN == 128 ? KMOE_WG_STAGES_128 : KMOE_WG_STAGES_256; }
+__device__ constexpr int wg_stages() { return WgTile<BN>::stages; }
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define WG_ENABLED 1
 #endif
@@ -41,7 +41,7 @@ struct WgSmem {
     u8 b[wg_stages<BN>()][BN * WG_CHUNK_BYTES];
     int src[KMOE_WG_TOKENS];
 };
-static_assert(sizeof(WgSmem<128>) + KMOE_SMEM_ALIGN == KMOE_WG_SMEM_128 && sizeof(WgSmem<256>) + KMOE_SMEM_ALIGN == KMOE_WG_SMEM_256,
+static_assert(sizeof(WgSmem<128>) + KMOE_SMEM_ALIGN == WgTile<128>::smem && sizeof(WgSmem<256>) + KMOE_SMEM_ALIGN == WgTile<256>::smem,
               "the host's dynamic shared memory sizes (smem_1k's alignment included)");
 
 // The first element of x's 32-block b (rows of k) in the BF16 copy, whose
