@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"kimimoe/activation"
@@ -200,6 +201,7 @@ type benchResult struct {
 	timing          string  // how the forwards were timed
 	elapsed         time.Duration
 	profiles        []map[string]float64 // with --profile: per M, each kernel's ms
+	fc1, fc2        int64                // an expert's FC1 and FC2 bytes (codes, scales, bias)
 }
 
 // measureBench prepares the layer and times every M in interleaved
@@ -238,7 +240,9 @@ func measureBench(cfg *benchConfig) (*benchResult, error) {
 		return nil, fmt.Errorf("backend %q cannot time a forward on a device", cfg.name)
 	}
 	res := &benchResult{backend: b.Name(), device: b.Capabilities().Device, rows: make([]benchRow, len(cfg.ms)), timing: "CUDA events"}
-	perExpert := int64(len(w.W31)+len(w.W31Scale)+len(w.W2)+len(w.W2Scale)+4*len(w.W31Bias)+4*len(w.W2Bias)) / int64(w.E)
+	res.fc1 = int64(len(w.W31)+len(w.W31Scale)+4*len(w.W31Bias)) / int64(w.E)
+	res.fc2 = int64(len(w.W2)+len(w.W2Scale)+4*len(w.W2Bias)) / int64(w.E)
+	perExpert := res.fc1 + res.fc2
 	for j, m := range cfg.ms {
 		s := spec
 		s.Name, s.M, s.Seed = fmt.Sprintf("bench_m%d", m), m, uint64(m)
@@ -354,18 +358,9 @@ func reportBench(cfg *benchConfig, res *benchResult) error {
 		}
 	}
 	if len(res.profiles) > 0 {
-		fmt.Fprintln(out, "per-kernel device time of one eager forward, ms:")
+		fmt.Fprintln(out, "per-kernel device time of one eager forward, ms (a GEMM's touched experts' weights once, over its time):")
 		for i, steps := range res.profiles {
-			var names []string
-			for n := range steps {
-				names = append(names, n)
-			}
-			sort.Strings(names)
-			fmt.Fprintf(out, "  M=%-5d", cfg.ms[i])
-			for _, n := range names {
-				fmt.Fprintf(out, " %s %.4f", n, steps[n])
-			}
-			fmt.Fprintln(out)
+			fmt.Fprintln(out, profileLine(cfg.ms[i], steps, rows[i].Experts, res.fc1, res.fc2))
 		}
 	}
 	date := time.Now().UTC().Format(time.RFC3339)
@@ -425,4 +420,32 @@ func describeSpec(s *validation.CaseSpec) string {
 		biases = " with FC biases"
 	}
 	return fmt.Sprintf("K=%d N=%d, %d local experts, top-%d%s, %v%s, chain %v, %v", s.K, s.N, s.ELocal, s.TopK, slots, s.Activation, biases, s.Chain, s.Recipe)
+}
+
+// profileLine is one M's per-kernel times, in name order; a GEMM step
+// (gemm1..., gemm2...) also shows the rate at which it read the touched
+// experts' FC1 or FC2 weights once, the stream a decode forward is bound by.
+func profileLine(m int, steps map[string]float64, experts int, fc1, fc2 int64) string {
+	var names []string
+	for n := range steps {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	fmt.Fprintf(&b, "  M=%-5d", m)
+	for _, n := range names {
+		ms := steps[n]
+		fmt.Fprintf(&b, " %s %.4f", n, ms)
+		bytes := int64(0)
+		switch {
+		case strings.HasPrefix(n, "gemm1"):
+			bytes = int64(experts) * fc1
+		case strings.HasPrefix(n, "gemm2"):
+			bytes = int64(experts) * fc2
+		}
+		if bytes > 0 && ms > 0 {
+			fmt.Fprintf(&b, " (%.0f GB/s)", float64(bytes)/(ms/1e3)/1e9)
+		}
+	}
+	return b.String()
 }
