@@ -1,7 +1,9 @@
 package moe
 
 import (
+	"fmt"
 	"math"
+	"sync"
 	"testing"
 
 	"kimimoe/activation"
@@ -254,5 +256,56 @@ func TestOracleMemo(t *testing.T) {
 		if again := base.WithMemo(memo.Memo()); again.Memo() != memo.Memo() {
 			t.Errorf("%v: WithMemo replaced a memo of the same weights and spec", ch)
 		}
+	}
+}
+
+// Oracles sharing one memo may run forwards at once (go test -race checks
+// the memo's locking); each gets the bits of a fresh oracle.
+func TestOracleMemoConcurrent(t *testing.T) {
+	const e, n, k, m, topk = 4, 32, 64, 6, 2
+	w := patterned(NewWeights(e, n, k, true))
+	x := make([]float32, m*k)
+	for i := range x {
+		x[i] = float32(i%13) - 6
+	}
+	spec := LayerSpec{Activation: activation.Situ, Params: []activation.Params{activation.DefaultParams()}, Chain: ChainMXFP8, Recipe: mxfp.RecipeRCeil}
+	base, err := NewOracle(w, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	memo := base.WithMemo(nil).Memo()
+	var wg sync.WaitGroup
+	errs := make(chan string, 16)
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ids := make([]int32, m*topk)
+			for i := range ids {
+				ids[i] = int32((i + g) % e)
+			}
+			in := &Input{M: m, TopK: topk, X: x, TopKIDs: ids, TopKWeights: make([]float32, m*topk)}
+			for i := range in.TopKWeights {
+				in.TopKWeights[i] = float32(1+g%3) / 4
+			}
+			got, want := make([]float64, m*k), make([]float64, m*k)
+			if err := base.WithMemo(memo).Forward(got, in, nil); err != nil {
+				errs <- err.Error()
+				return
+			}
+			fresh, _ := NewOracle(w, spec)
+			fresh.Forward(want, in, nil)
+			for i := range got {
+				if math.Float64bits(got[i]) != math.Float64bits(want[i]) {
+					errs <- fmt.Sprintf("goroutine %d: out[%d] = %v through the memo, %v fresh", g, i, got[i], want[i])
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }
