@@ -34,9 +34,11 @@
 // memory once. Calls after either Close return errors wrapping
 // backend.ErrClosed; a second Close returns nil. All device calls of a
 // Backend and its layers are serialized by one lock, so Forward and Close
-// may be called concurrently. A layer keeps device buffers and CUDA
-// graphs for at most MaxWorkspaces token counts, freeing the least
-// recently used beyond that. Each Backend holds its own context, stream
+// may be called concurrently. Prepare uploads the weights in the form of
+// each path that some forward's plan takes (SetTuning uploads and frees
+// to match its plans). A layer keeps device buffers and CUDA graphs for
+// at most MaxWorkspaces token counts, freeing the least recently used
+// beyond that. Each Backend holds its own context, stream
 // and buffers, so several devices can be driven by several Backends
 // (OpenDevice).
 //
