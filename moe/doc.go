@@ -31,7 +31,10 @@
 // a = act(gate = h[N:], up = h[:N]), requantized per the Chain, y = W2[e] . a,
 // and out[t] = sum over slots in slot order of topk_weights[t, k] * y. See
 // Oracle for what "exact" guarantees. Tokens are independent, so Forward can
-// compute a chosen subset of rows.
+// compute a chosen subset of rows. Oracles of one layer share work: Derive
+// shares the decoded weights of each matrix whose codes are the same, and
+// a Memo (WithMemo) keeps expert outputs for forwards that differ only in
+// routing; neither changes a bit of the output.
 //
 // # Errors
 //
