@@ -10,6 +10,7 @@ import (
 
 	"kimimoe/backend"
 	"kimimoe/moe"
+	"kimimoe/mxfp"
 )
 
 // GroupLayer is a layer prepared on a Group: each device of the group
@@ -29,9 +30,25 @@ type GroupLayer struct {
 // memberLayer is one device's share.
 type memberLayer struct {
 	mb *member
-	l  *Layer
+	l  rankLayer
 	ds map[int]*dispatchState // by token count (dispatch mode)
 }
+
+// rankLayer is what a GroupLayer asks of each device's layer (*Layer): an
+// upload, workspaces and their launches, the output's download. The group
+// never reads a layer's fields.
+type rankLayer interface {
+	upload(in *moe.Input) (*workspace, error)
+	workspace(m, topk int) (*workspace, error)
+	workspaceFor(m int) *workspace // the workspace of m tokens, or nil
+	enqueue(ws *workspace) error
+	downloadFrom(dst []float32, src devptr, m int, rows []int) error
+	recipe() mxfp.Recipe
+	isClosed() bool
+	Close() error
+}
+
+var _ rankLayer = (*Layer)(nil)
 
 // dispatchState holds one device's buffers and counts of a dispatch of M
 // tokens: its home rows, what it sends where, what comes back.
@@ -111,7 +128,7 @@ func (g *Group) PrepareMode(w *moe.Weights, spec moe.LayerSpec, mode Mode) (*Gro
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("rank %d: %w", mb.rank, err), gl.close())
 		}
-		gl.parts = append(gl.parts, &memberLayer{mb: mb, l: l.(*Layer), ds: map[int]*dispatchState{}})
+		gl.parts = append(gl.parts, &memberLayer{mb: mb, l: l.(rankLayer), ds: map[int]*dispatchState{}})
 	}
 	g.layers[gl] = true
 	return gl, nil
@@ -157,7 +174,7 @@ func (gl *GroupLayer) Forward(dst []float32, in *moe.Input, rows []int) error {
 		if gl.mode == ModeDispatch {
 			src = p.ds[in.M].full
 		} else {
-			src = p.l.ws[in.M].out
+			src = p.l.workspaceFor(in.M).out
 		}
 		return p.l.downloadFrom(dst, src, in.M, rows)
 	})
@@ -208,7 +225,7 @@ func (gl *GroupLayer) TimeComm(m int) (float64, error) { return gl.time(m, steps
 
 func (gl *GroupLayer) time(m int, which steps) (float64, error) {
 	for _, p := range gl.parts {
-		if (gl.mode == ModeReplicated && p.l.ws[m] == nil) || (gl.mode == ModeDispatch && p.ds[m] == nil) {
+		if (gl.mode == ModeReplicated && p.l.workspaceFor(m) == nil) || (gl.mode == ModeDispatch && p.ds[m] == nil) {
 			return 0, fmt.Errorf("cuda: no uploaded input of %d tokens", m)
 		}
 	}
@@ -275,16 +292,16 @@ func (p *memberLayer) enqueue(gl *GroupLayer, m int, which steps) error {
 	mb, l := p.mb, p.l
 	s := mb.b.stream
 	if gl.mode == ModeReplicated {
-		ws := l.ws[m]
+		ws := l.workspaceFor(m)
 		if which != stepsComm {
 			if err := l.enqueue(ws); err != nil {
 				return err
 			}
 		}
-		return nccl.AllReduceSum(ws.out, ws.out, m*l.w.K, mb.comm, s)
+		return nccl.AllReduceSum(ws.out, ws.out, m*gl.w.K, mb.comm, s)
 	}
 	ds := p.ds[m]
-	k, topk, kern := l.w.K, ds.topk, mb.b.k
+	k, topk, kern := gl.w.K, ds.topk, mb.b.k
 	d := len(ds.sendOff) - 1
 	total, mRecv := ds.sendOff[d], ds.recvOff[d]
 	home := ds.plan.hi - ds.plan.lo
@@ -300,7 +317,7 @@ func (p *memberLayer) enqueue(gl *GroupLayer, m int, which steps) error {
 	if compute && ds.form == formFloat && home > 0 {
 		nb := home * k / 32
 		if err := kern.quantizeX.launch([3]int{(nb*32 + abiThreads - 1) / abiThreads, 1, 1}, s,
-			&quantizeXArgs{X: ds.homeX, Codes: ds.homeXQ, Scales: ds.homeXS, NBlocks: i32(nb), Recipe: recipeCode(l.spec.Recipe)}); err != nil {
+			&quantizeXArgs{X: ds.homeX, Codes: ds.homeXQ, Scales: ds.homeXS, NBlocks: i32(nb), Recipe: recipeCode(l.recipe())}); err != nil {
 			return err
 		}
 	}
@@ -406,7 +423,7 @@ func (p *memberLayer) uploadDispatch(gl *GroupLayer, in *moe.Input) error {
 	if in.M == 0 {
 		return nil
 	}
-	if p.l.closed {
+	if p.l.isClosed() {
 		return fmt.Errorf("%w: the layer is closed", backend.ErrClosed)
 	}
 	if old := p.ds[in.M]; old != nil {
@@ -419,7 +436,7 @@ func (p *memberLayer) uploadDispatch(gl *GroupLayer, in *moe.Input) error {
 	if in.X != nil {
 		ds.form = formFloat
 	}
-	ds.wide = xOutsideBF16(in, p.l.spec.Recipe)
+	ds.wide = xOutsideBF16(in, p.l.recipe())
 	alloc := func(n int) (devptr, error) {
 		ptr, err := cu.MemAlloc(n) // (cuMemAlloc makes 0 bytes a real buffer)
 		if err == nil {

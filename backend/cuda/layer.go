@@ -10,6 +10,7 @@ import (
 	"kimimoe/backend"
 	"kimimoe/backend/cuda/internal/cu"
 	"kimimoe/moe"
+	"kimimoe/mxfp"
 )
 
 // Layer is a prepared layer on the device. Its methods may be called from
@@ -145,6 +146,15 @@ func (l *Layer) SetTuning(t Tuning) error {
 		return errors.Join(errs...)
 	})
 }
+
+// workspaceFor is the workspace of m tokens, or nil (rankLayer).
+func (l *Layer) workspaceFor(m int) *workspace { return l.ws[m] }
+
+// recipe is the recipe x is quantized with (rankLayer).
+func (l *Layer) recipe() mxfp.Recipe { return l.spec.Recipe }
+
+// isClosed reports whether Close has freed the layer (rankLayer).
+func (l *Layer) isClosed() bool { return l.closed }
 
 // Tuning is the layer's current Tuning.
 func (l *Layer) Tuning() Tuning {
