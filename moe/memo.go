@@ -45,7 +45,7 @@ func keyOf(in *Input, t, e int) memoKey {
 // bits as without a memo.
 func (o *Oracle) WithMemo(m *Memo) *Oracle {
 	d := *o
-	if m == nil || !sameWeights(m.w, o.w) || !reflect.DeepEqual(m.spec, o.spec) {
+	if !m.madeFor(o.w, o.spec) {
 		m = &Memo{w: o.w, spec: o.spec, y: map[memoKey][]float64{}}
 	}
 	d.memo = m
@@ -54,3 +54,9 @@ func (o *Oracle) WithMemo(m *Memo) *Oracle {
 
 // Memo returns the memo WithMemo gave o, or nil.
 func (o *Oracle) Memo() *Memo { return o.memo }
+
+// madeFor reports whether m (nil: no) holds outputs of w's slices under
+// spec.
+func (m *Memo) madeFor(w *Weights, spec LayerSpec) bool {
+	return m != nil && w != nil && sameWeights(m.w, w) && reflect.DeepEqual(m.spec, spec)
+}

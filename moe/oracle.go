@@ -2,7 +2,6 @@ package moe
 
 import (
 	"fmt"
-	"reflect"
 
 	"kimimoe/activation"
 	"kimimoe/internal/parallel"
@@ -84,7 +83,7 @@ func (o *Oracle) Derive(w *Weights, spec LayerSpec) (*Oracle, error) {
 		return nil, err
 	}
 	d := &Oracle{spec: spec, w: w, numGlobal: numGlobal, dec31: o.dec31.derive(w.W31, w.E), dec2: o.dec2.derive(w.W2, w.E)}
-	if o.memo != nil && sameWeights(w, o.w) && reflect.DeepEqual(spec, o.spec) {
+	if o.memo.madeFor(w, spec) {
 		d.memo = o.memo
 	}
 	return d, nil
@@ -92,14 +91,13 @@ func (o *Oracle) Derive(w *Weights, spec LayerSpec) (*Oracle, error) {
 
 // sameWeights reports whether a and b hold the same slices of one layer.
 func sameWeights(a, b *Weights) bool {
-	same32 := func(a, b []float32) bool { return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0]) }
 	return a.E == b.E && a.N == b.N && a.K == b.K && a.Gated == b.Gated &&
 		sameSlice(a.W31, b.W31) && sameSlice(a.W31Scale, b.W31Scale) && sameSlice(a.W2, b.W2) && sameSlice(a.W2Scale, b.W2Scale) &&
-		same32(a.W31Bias, b.W31Bias) && same32(a.W2Bias, b.W2Bias)
+		sameSlice(a.W31Bias, b.W31Bias) && sameSlice(a.W2Bias, b.W2Bias)
 }
 
 // sameSlice reports whether a and b are the same slice of one array.
-func sameSlice(a, b []uint8) bool {
+func sameSlice[T any](a, b []T) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
