@@ -239,13 +239,20 @@ func (l *Layer) syncWeights() error {
 	var errs []error
 	for p := range paths {
 		if !used[p] && l.uploaded[p] {
-			for _, d := range paths[p].weights(l) {
-				if *d != 0 {
-					errs = append(errs, cu.MemFree(*d))
-					*d = 0
-				}
-			}
+			errs = append(errs, freeAll(paths[p].weights(l)))
 			l.uploaded[p] = false
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// freeAll frees the device buffers ptrs point at (0: none) and zeroes them.
+func freeAll(ptrs []*devptr) error {
+	var errs []error
+	for _, p := range ptrs {
+		if *p != 0 {
+			errs = append(errs, cu.MemFree(*p))
+			*p = 0
 		}
 	}
 	return errors.Join(errs...)
@@ -303,18 +310,12 @@ func i32bytes(v []int32) []byte {
 // free releases the layer's device memory and zeroes its pointers, so a
 // second call frees nothing twice.
 func (l *Layer) free() error {
-	var errs []error
 	ptrs := []*devptr{&l.params, &l.b1, &l.b2}
 	for p := range paths {
 		ptrs = append(ptrs, paths[p].weights(l)...)
 		l.uploaded[p] = false
 	}
-	for _, p := range ptrs {
-		if *p != 0 {
-			errs = append(errs, cu.MemFree(*p))
-			*p = 0
-		}
-	}
+	errs := []error{freeAll(ptrs)}
 	for m, ws := range l.ws {
 		errs = append(errs, ws.free())
 		delete(l.ws, m)
