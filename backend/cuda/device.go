@@ -167,6 +167,11 @@ func (b *Backend) Name() string { return "cuda" }
 
 // Capabilities implements backend.Backend.
 func (b *Backend) Capabilities() backend.Capabilities {
+	return deviceCapabilities(fmt.Sprintf("%s, %s, %d SMs", b.name, b.arch, b.sms))
+}
+
+// deviceCapabilities are what one device's layer runs, on the named device.
+func deviceCapabilities(device string) backend.Capabilities {
 	return backend.Capabilities{
 		Activations:       gatedKinds(), // the kernels' activation handles every gated kind (TestKernelsUseOnlyABIMacros)
 		Chains:            []moe.Chain{moe.ChainMXFP8, moe.ChainFlashInfer, moe.ChainBF16},
@@ -174,7 +179,7 @@ func (b *Backend) Capabilities() backend.Capabilities {
 		Recipes:           []mxfp.Recipe{mxfp.RecipeFloor, mxfp.RecipeRCeil},
 		PreQuantizedInput: true,
 		Graphs:            true,
-		Device:            fmt.Sprintf("%s, %s, %d SMs", b.name, b.arch, b.sms),
+		Device:            device,
 	}
 }
 

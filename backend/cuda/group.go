@@ -58,8 +58,7 @@ type Group struct {
 
 // member is one device of the group driven by this process.
 type member struct {
-	b       *Backend
-	comm    nccl.Comm
+	dev     groupDevice
 	rank    int
 	aborted atomic.Bool // set once; may be set from another goroutine than the one holding the lock
 }
@@ -120,14 +119,14 @@ func OpenGroup(devices []int, opts GroupOptions) (*Group, error) {
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("device %d: %w", d, err), g.closeMembers())
 		}
-		g.members = append(g.members, &member{b: b, rank: r})
+		g.members = append(g.members, &member{dev: &nvDevice{b: b}, rank: r})
 	}
 	comms, err := nccl.CommInitAll(devices)
 	if err != nil {
 		return nil, errors.Join(err, g.closeMembers())
 	}
 	for r, c := range comms {
-		g.members[r].comm = c
+		g.members[r].dev.(*nvDevice).comm = c
 	}
 	return g, nil
 }
@@ -147,7 +146,8 @@ func OpenRank(id UniqueID, rank, size, dev int, opts GroupOptions) (*Group, erro
 	if err != nil {
 		return nil, err
 	}
-	mb := &member{b: b, rank: rank}
+	nv := &nvDevice{b: b}
+	mb := &member{dev: nv, rank: rank}
 	g.members = []*member{mb}
 	// ncclCommInitRank blocks until every rank has joined: run it where a
 	// rank that never comes cannot hang the caller.
@@ -171,7 +171,7 @@ func OpenRank(id UniqueID, rank, size, dev int, opts GroupOptions) (*Group, erro
 		if r.err != nil {
 			return nil, errors.Join(r.err, g.closeMembers())
 		}
-		mb.comm = r.c
+		nv.comm = r.c
 	case <-time.After(g.opts.Timeout):
 		return nil, fmt.Errorf("%w: rank %d of %d: the other ranks did not join within %v", ErrTimeout, rank, size, g.opts.Timeout)
 	}
@@ -199,11 +199,11 @@ func (g *Group) Name() string { return "cuda" }
 // Capabilities implements backend.Backend: the one-device backend's, with
 // no CUDA graphs (collectives are launched eagerly).
 func (g *Group) Capabilities() backend.Capabilities {
-	c := g.members[0].b.Capabilities()
+	c := g.members[0].dev.capabilities()
 	c.Graphs = false
 	var devs []string
 	for _, mb := range g.members {
-		devs = append(devs, fmt.Sprint(mb.b.dev))
+		devs = append(devs, fmt.Sprint(mb.dev.ordinal()))
 	}
 	c.Device = fmt.Sprintf("%d-device EP group (%s mode, NCCL %d.%d.%d; this process drives device(s) %s: %s)", g.size, g.opts.Mode,
 		g.nccl/10000, g.nccl/100%100, g.nccl%100, strings.Join(devs, ","), c.Device)
@@ -218,7 +218,7 @@ func (g *Group) Capabilities() backend.Capabilities {
 // aborts every communicator and returns ErrTimeout.
 func (g *Group) each(f func(mb *member) error) error {
 	ok, err := g.concurrently(func(mb *member) error {
-		return mb.b.locked(func() error {
+		return mb.dev.locked(func() error {
 			if mb.aborted.Load() {
 				return fmt.Errorf("%w: rank %d's communicator was aborted after an earlier failure", ErrTimeout, mb.rank)
 			}
@@ -266,14 +266,14 @@ func (g *Group) concurrently(f func(mb *member) error) (ok bool, err error) {
 func (g *Group) wait(mb *member) error {
 	deadline := time.Now().Add(g.opts.Timeout)
 	for spin := 0; ; spin++ {
-		done, err := cu.StreamQuery(mb.b.stream)
+		done, err := mb.dev.query()
 		if err != nil {
 			return err
 		}
 		if done {
 			return nil
 		}
-		if err := nccl.AsyncError(mb.comm); err != nil {
+		if err := mb.dev.asyncError(); err != nil {
 			mb.abort()
 			return err
 		}
@@ -289,7 +289,7 @@ func (g *Group) wait(mb *member) error {
 
 func (mb *member) abort() {
 	if mb.aborted.CompareAndSwap(false, true) {
-		nccl.CommAbort(mb.comm)
+		mb.dev.abort()
 	}
 }
 
@@ -299,12 +299,12 @@ func (mb *member) abort() {
 func (g *Group) LinkBandwidth(n, iters int) (float64, error) {
 	count := n / 4
 	bufs := make([]devptr, len(g.members))
-	defer g.each(func(mb *member) error { return cu.MemFree(bufs[g.index(mb)]) })
+	defer g.each(func(mb *member) error { return mb.dev.free(bufs[g.index(mb)]) })
 	err := g.each(func(mb *member) error {
-		p, err := cu.MemAlloc(4 * count)
+		p, err := mb.dev.alloc(4 * count)
 		if err == nil {
 			bufs[g.index(mb)] = p
-			err = cu.MemsetD32(p, 0x3f800000, count, mb.b.stream)
+			err = mb.dev.memset32(p, 0x3f800000, count)
 		}
 		return err
 	})
@@ -314,7 +314,7 @@ func (g *Group) LinkBandwidth(n, iters int) (float64, error) {
 	var ms []float64
 	for k := range iters + 2 {
 		t, err := g.timeEach(func(mb *member) error {
-			return nccl.AllReduceSum(bufs[g.index(mb)], bufs[g.index(mb)], count, mb.comm, mb.b.stream)
+			return mb.dev.allReduceSum(bufs[g.index(mb)], count)
 		})
 		if err != nil {
 			return 0, err
@@ -342,32 +342,8 @@ func (g *Group) index(mb *member) int {
 func (g *Group) timeEach(f func(mb *member) error) (float64, error) {
 	times := make([]float64, len(g.members))
 	err := g.each(func(mb *member) error {
-		e0, err := cu.EventCreate()
-		if err != nil {
-			return err
-		}
-		defer cu.EventDestroy(e0)
-		e1, err := cu.EventCreate()
-		if err != nil {
-			return err
-		}
-		defer cu.EventDestroy(e1)
-		if err := mb.b.flushL2(g.opts.Flush); err != nil {
-			return err
-		}
-		if err := cu.EventRecord(e0, mb.b.stream); err != nil {
-			return err
-		}
-		if err := f(mb); err != nil {
-			return err
-		}
-		if err := cu.EventRecord(e1, mb.b.stream); err != nil {
-			return err
-		}
-		if err := g.wait(mb); err != nil {
-			return err
-		}
-		times[g.index(mb)], err = cu.EventElapsed(e0, e1)
+		t, err := mb.dev.timed(g.opts.Flush, func() error { return f(mb) }, func() error { return g.wait(mb) })
+		times[g.index(mb)] = t
 		return err
 	})
 	if err != nil {
@@ -382,7 +358,7 @@ func (g *Group) timeEach(f func(mb *member) error) (float64, error) {
 
 // CopyBandwidth implements backend.BandwidthMeter on the first device.
 func (g *Group) CopyBandwidth(n, iters int) (float64, error) {
-	return g.members[0].b.CopyBandwidth(n, iters)
+	return g.members[0].dev.copyBandwidth(n, iters)
 }
 
 // Close closes the group's layers, destroys the communicators (all at
@@ -410,10 +386,10 @@ func (g *Group) Close() error {
 func (g *Group) closeMembers() error {
 	ok, err := g.concurrently(func(mb *member) error {
 		var err error
-		if mb.comm != nil && !mb.aborted.Load() {
-			err = mb.b.locked(func() error { return nccl.CommDestroy(mb.comm) })
+		if !mb.aborted.Load() {
+			err = mb.dev.destroy()
 		}
-		return errors.Join(err, mb.b.Close())
+		return errors.Join(err, mb.dev.close())
 	})
 	if !ok {
 		return fmt.Errorf("%w: closing the group's devices", ErrTimeout)

@@ -5,7 +5,6 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"kimimoe/backend/cuda/internal/cu"
 	"kimimoe/backend/cuda/internal/nccl"
 
 	"kimimoe/backend"
@@ -71,10 +70,10 @@ type dispatchState struct {
 	bufs                                    []devptr
 }
 
-func (ds *dispatchState) free() error {
+func (ds *dispatchState) free(dev groupDevice) error {
 	var errs []error
 	for _, p := range ds.bufs {
-		errs = append(errs, cu.MemFree(p))
+		errs = append(errs, dev.free(p))
 	}
 	ds.bufs = nil
 	return errors.Join(errs...)
@@ -124,11 +123,11 @@ func (g *Group) PrepareMode(w *moe.Weights, spec moe.LayerSpec, mode Mode) (*Gro
 		gl.eps = append(gl.eps, s.EP)
 	}
 	for _, mb := range g.members {
-		l, err := mb.b.Prepare(ws[mb.rank], specs[mb.rank])
+		l, err := mb.dev.prepare(ws[mb.rank], specs[mb.rank])
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("rank %d: %w", mb.rank, err), gl.close())
 		}
-		gl.parts = append(gl.parts, &memberLayer{mb: mb, l: l.(rankLayer), ds: map[int]*dispatchState{}})
+		gl.parts = append(gl.parts, &memberLayer{mb: mb, l: l, ds: map[int]*dispatchState{}})
 	}
 	g.layers[gl] = true
 	return gl, nil
@@ -169,7 +168,7 @@ func (gl *GroupLayer) Forward(dst []float32, in *moe.Input, rows []int) error {
 		return err
 	}
 	p := gl.parts[0]
-	return p.mb.b.locked(func() error {
+	return p.mb.dev.locked(func() error {
 		var src devptr
 		if gl.mode == ModeDispatch {
 			src = p.ds[in.M].full
@@ -198,7 +197,7 @@ func (gl *GroupLayer) upload(in *moe.Input) error {
 		if gl.mode == ModeReplicated {
 			_, err := p.l.upload(in)
 			if err == nil {
-				err = cu.StreamSync(mb.b.stream)
+				err = mb.dev.sync()
 			}
 			return err
 		}
@@ -266,10 +265,10 @@ func (gl *GroupLayer) close() error {
 	gl.closed = true
 	var errs []error
 	for _, p := range gl.parts {
-		errs = append(errs, p.mb.b.locked(func() error {
+		errs = append(errs, p.mb.dev.locked(func() error {
 			var errs []error
 			for _, ds := range p.ds {
-				errs = append(errs, ds.free())
+				errs = append(errs, ds.free(p.mb.dev))
 			}
 			return errors.Join(errs...)
 		}))
@@ -289,8 +288,7 @@ const (
 
 // enqueue issues the m-token forward's steps on the device's stream.
 func (p *memberLayer) enqueue(gl *GroupLayer, m int, which steps) error {
-	mb, l := p.mb, p.l
-	s := mb.b.stream
+	l, dev := p.l, p.mb.dev
 	if gl.mode == ModeReplicated {
 		ws := l.workspaceFor(m)
 		if which != stepsComm {
@@ -298,12 +296,12 @@ func (p *memberLayer) enqueue(gl *GroupLayer, m int, which steps) error {
 				return err
 			}
 		}
-		return nccl.AllReduceSum(ws.out, ws.out, m*gl.w.K, mb.comm, s)
+		return dev.allReduceSum(ws.out, m*gl.w.K)
 	}
 	ds := p.ds[m]
-	k, topk, kern := gl.w.K, ds.topk, mb.b.k
-	d := len(ds.sendOff) - 1
-	total, mRecv := ds.sendOff[d], ds.recvOff[d]
+	k, topk := gl.w.K, ds.topk
+	nd := len(ds.sendOff) - 1
+	total, mRecv := ds.sendOff[nd], ds.recvOff[nd]
 	home := ds.plan.hi - ds.plan.lo
 	var lws *workspace
 	if mRecv > 0 {
@@ -316,8 +314,7 @@ func (p *memberLayer) enqueue(gl *GroupLayer, m int, which steps) error {
 	compute := which != stepsComm
 	if compute && ds.form == formFloat && home > 0 {
 		nb := home * k / 32
-		if err := kern.quantizeX.launch([3]int{(nb*32 + abiThreads - 1) / abiThreads, 1, 1}, s,
-			&quantizeXArgs{X: ds.homeX, Codes: ds.homeXQ, Scales: ds.homeXS, NBlocks: i32(nb), Recipe: recipeCode(l.recipe())}); err != nil {
+		if err := dev.quantizeX(&quantizeXArgs{X: ds.homeX, Codes: ds.homeXQ, Scales: ds.homeXS, NBlocks: i32(nb), Recipe: recipeCode(l.recipe())}); err != nil {
 			return err
 		}
 	}
@@ -326,7 +323,7 @@ func (p *memberLayer) enqueue(gl *GroupLayer, m int, which steps) error {
 			src, dst devptr
 			width    int
 		}{{ds.homeXQ, ds.sendXQ, k}, {ds.homeXS, ds.sendXS, k / 32}, {ds.homeIDs, ds.sendIDs, 4 * topk}, {ds.homeWts, ds.sendWts, 4 * topk}} {
-			if err := kern.gatherRows.launch([3]int{total, 1, 1}, s, &gatherRowsArgs{Src: g.src, Dst: g.dst, Idx: ds.idx, Width: i32(g.width)}); err != nil {
+			if err := dev.gatherRows(total, &gatherRowsArgs{Src: g.src, Dst: g.dst, Idx: ds.idx, Width: i32(g.width)}); err != nil {
 				return err
 			}
 		}
@@ -357,21 +354,21 @@ func (p *memberLayer) enqueue(gl *GroupLayer, m int, which steps) error {
 	if !compute {
 		return nil
 	}
-	if err := cu.MemsetD32(ds.out, 0, ds.hPad*k, s); err != nil {
+	if err := dev.memset32(ds.out, 0, ds.hPad*k); err != nil {
 		return err
 	}
-	for dev := range d { // in device order: the order of the sums
-		n := ds.sendOff[dev+1] - ds.sendOff[dev]
+	for d := range nd { // in device order: the order of the sums
+		n := ds.sendOff[d+1] - ds.sendOff[d]
 		if n == 0 {
 			continue
 		}
-		if err := kern.addRows.launch([3]int{n, (k + abiThreads - 1) / abiThreads, 1}, s, &addRowsArgs{
-			Dst: ds.out, Src: ds.back + uint64(4*ds.sendOff[dev]*k), Idx: ds.idx + uint64(4*ds.sendOff[dev]), Width: i32(k)}); err != nil {
+		if err := dev.addRows(n, &addRowsArgs{
+			Dst: ds.out, Src: ds.back + uint64(4*ds.sendOff[d]*k), Idx: ds.idx + uint64(4*ds.sendOff[d]), Width: i32(k)}); err != nil {
 			return err
 		}
 	}
 	if which == stepsForward {
-		return nccl.AllGather(ds.out, ds.full, ds.hPad*k, nccl.Float32, mb.comm, s)
+		return dev.allGather(ds.out, ds.full, ds.hPad*k, nccl.Float32)
 	}
 	return nil
 }
@@ -387,8 +384,7 @@ type rowBuf struct {
 // from device d. The device's own rows are copied on the stream.
 func (p *memberLayer) sendrecv(so, ro []int, bufs []rowBuf) error {
 	mb := p.mb
-	s := mb.b.stream
-	if err := nccl.GroupStart(); err != nil {
+	if err := mb.dev.groupStart(); err != nil {
 		return err
 	}
 	var errs []error
@@ -398,18 +394,18 @@ func (p *memberLayer) sendrecv(so, ro []int, bufs []rowBuf) error {
 			src, dst := b.src+uint64(so[d]*b.width), b.dst+uint64(ro[d]*b.width)
 			switch {
 			case d == mb.rank && ns > 0:
-				errs = append(errs, cu.MemcpyDtoD(dst, src, ns*b.width, s))
+				errs = append(errs, mb.dev.dtod(dst, src, ns*b.width))
 			case d != mb.rank:
 				if ns > 0 {
-					errs = append(errs, nccl.Send(src, ns*b.width, nccl.Uint8, d, mb.comm, s))
+					errs = append(errs, mb.dev.send(src, ns*b.width, d))
 				}
 				if nr > 0 {
-					errs = append(errs, nccl.Recv(dst, nr*b.width, nccl.Uint8, d, mb.comm, s))
+					errs = append(errs, mb.dev.recv(dst, nr*b.width, d))
 				}
 			}
 		}
 	}
-	errs = append(errs, nccl.GroupEnd())
+	errs = append(errs, mb.dev.groupEnd())
 	return errors.Join(errs...)
 }
 
@@ -418,7 +414,7 @@ func (p *memberLayer) sendrecv(so, ro []int, bufs []rowBuf) error {
 // new buffers.
 func (p *memberLayer) uploadDispatch(gl *GroupLayer, in *moe.Input) error {
 	mb, k, topk := p.mb, gl.w.K, in.TopK
-	s := mb.b.stream
+	dev := mb.dev
 	dn := gl.g.size
 	if in.M == 0 {
 		return nil
@@ -428,7 +424,7 @@ func (p *memberLayer) uploadDispatch(gl *GroupLayer, in *moe.Input) error {
 	}
 	if old := p.ds[in.M]; old != nil {
 		delete(p.ds, in.M)
-		if err := old.free(); err != nil {
+		if err := old.free(dev); err != nil {
 			return err
 		}
 	}
@@ -438,32 +434,32 @@ func (p *memberLayer) uploadDispatch(gl *GroupLayer, in *moe.Input) error {
 	}
 	ds.wide = xOutsideBF16(in, p.l.recipe())
 	alloc := func(n int) (devptr, error) {
-		ptr, err := cu.MemAlloc(n) // (cuMemAlloc makes 0 bytes a real buffer)
+		ptr, err := dev.alloc(n) // (cuMemAlloc makes 0 bytes a real buffer)
 		if err == nil {
 			ds.bufs = append(ds.bufs, ptr)
 		}
 		return ptr, err
 	}
-	fail := func(err error) error { return errors.Join(err, ds.free()) }
+	fail := func(err error) error { return errors.Join(err, ds.free(dev)) }
 	// The counts: every device's row of sent, all-gathered.
 	cnt, err := alloc(4 * (dn + dn*dn))
 	if err != nil {
 		return fail(err)
 	}
-	if err := cu.MemcpyHtoD(cnt, i32bytes(ds.plan.counts()), s); err != nil {
+	if err := dev.htod(cnt, i32bytes(ds.plan.counts())); err != nil {
 		return fail(err)
 	}
-	if err := nccl.AllGather(cnt, cnt+uint64(4*dn), dn, nccl.Int32, mb.comm, s); err != nil {
+	if err := dev.allGather(cnt, cnt+uint64(4*dn), dn, nccl.Int32); err != nil {
 		return fail(err)
 	}
 	if err := gl.g.wait(mb); err != nil {
 		return fail(err)
 	}
 	all := make([]int32, dn*dn)
-	if err := cu.MemcpyDtoH(i32bytes(all), cnt+uint64(4*dn), s); err != nil {
+	if err := dev.dtoh(i32bytes(all), cnt+uint64(4*dn)); err != nil {
 		return fail(err)
 	}
-	if err := cu.StreamSync(s); err != nil {
+	if err := dev.sync(); err != nil {
 		return fail(err)
 	}
 	ds.sent = make([][]int32, dn)
@@ -508,11 +504,11 @@ func (p *memberLayer) uploadDispatch(gl *GroupLayer, in *moe.Input) error {
 		if len(c.data) == 0 {
 			continue
 		}
-		if err := cu.MemcpyHtoD(c.dst, c.data, s); err != nil {
+		if err := dev.htod(c.dst, c.data); err != nil {
 			return fail(err)
 		}
 	}
-	if err := cu.StreamSync(s); err != nil {
+	if err := dev.sync(); err != nil {
 		return fail(err)
 	}
 	p.ds[in.M] = ds

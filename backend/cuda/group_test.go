@@ -5,7 +5,6 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"kimimoe/backend/cuda/internal/cu"
 	"kimimoe/backend/cuda/internal/nccl"
 	"math"
 	"strings"
@@ -154,11 +153,11 @@ func TestGroupErrors(t *testing.T) {
 		if mb.rank == 1 {
 			return errors.New("device 1 failed first")
 		}
-		buf, err := cu.MemAlloc(4096)
+		buf, err := mb.dev.alloc(4096)
 		if err != nil {
 			return err
 		}
-		if err := nccl.AllReduceSum(buf, buf, 1024, mb.comm, mb.b.stream); err != nil {
+		if err := mb.dev.allReduceSum(buf, 1024); err != nil {
 			return err
 		}
 		return g.wait(mb)
