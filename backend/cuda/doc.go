@@ -72,9 +72,9 @@
 // NCCL_COMM_ID). Forward is collective. In the replicated mode every
 // device gets all tokens and an all-reduce sums the partial outputs; in
 // the dispatch mode each token goes, quantized, only to the devices that
-// own its experts. The output can differ from one device's by float32
-// reassociation of the per-device sums; run to run it is bitwise
-// deterministic. GroupOptions.Timeout bounds every wait: a peer that
+// own its experts (so that mode runs no bf16 chain). The output can
+// differ from one device's by float32 reassociation of the per-device
+// sums; run to run it is bitwise deterministic. GroupOptions.Timeout bounds every wait: a peer that
 // never joins or dies gives ErrTimeout, not a hang. kimimoe never asks
 // for NVLink multicast.
 package cuda

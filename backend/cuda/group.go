@@ -8,6 +8,7 @@ import (
 	"kimimoe/backend/cuda/internal/cu"
 	"kimimoe/backend/cuda/internal/nccl"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"kimimoe/backend"
+	"kimimoe/moe"
 )
 
 // GroupOptions configures an expert-parallel group.
@@ -197,10 +199,14 @@ func (g *Group) Mode() Mode { return g.opts.Mode }
 func (g *Group) Name() string { return "cuda" }
 
 // Capabilities implements backend.Backend: the one-device backend's, with
-// no CUDA graphs (collectives are launched eagerly).
+// no CUDA graphs (collectives are launched eagerly), and in dispatch mode
+// without the bf16 chain (dispatch sends x as MXFP8).
 func (g *Group) Capabilities() backend.Capabilities {
 	c := g.members[0].dev.capabilities()
 	c.Graphs = false
+	if g.opts.Mode == ModeDispatch {
+		c.Chains = slices.DeleteFunc(c.Chains, func(ch moe.Chain) bool { return ch == moe.ChainBF16 })
+	}
 	var devs []string
 	for _, mb := range g.members {
 		devs = append(devs, fmt.Sprint(mb.dev.ordinal()))

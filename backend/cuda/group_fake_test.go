@@ -15,6 +15,7 @@ import (
 
 	"kimimoe/activation"
 	"kimimoe/backend"
+	"kimimoe/backend/backendtest"
 	"kimimoe/backend/cuda/internal/nccl"
 	"kimimoe/moe"
 	"kimimoe/mxfp"
@@ -575,6 +576,18 @@ func f32s(b []byte) []float32 {
 		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
 	}
 	return v
+}
+
+// The conformance suite on fake groups of two devices, in each mode: the
+// group's token movement against the oracle with no GPU.
+func TestFakeGroupConformance(t *testing.T) {
+	for _, mode := range []Mode{ModeReplicated, ModeDispatch} {
+		t.Run(mode.String(), func(t *testing.T) {
+			g, _ := newFakeGroup(2, mode, 10*time.Second)
+			defer g.Close()
+			backendtest.RunConformance(t, g)
+		})
+	}
 }
 
 // The group's output is, bit for bit, each device's partial output (the
