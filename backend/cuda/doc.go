@@ -75,6 +75,6 @@
 // own its experts (so that mode runs no bf16 chain). The output can
 // differ from one device's by float32 reassociation of the per-device
 // sums; run to run it is bitwise deterministic. GroupOptions.Timeout bounds every wait: a peer that
-// never joins or dies gives ErrTimeout, not a hang. kimimoe never asks
-// for NVLink multicast.
+// never joins or dies gives ErrTimeout (with the errors of the ranks that
+// failed), not a hang. kimimoe never asks for NVLink multicast.
 package cuda

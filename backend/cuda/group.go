@@ -221,7 +221,8 @@ func (g *Group) Capabilities() backend.Capabilities {
 // several devices in this process an NCCL call blocks on the host until
 // every device's thread has made it, so a member that fails before its
 // collective would leave the others blocked: past the timeout each
-// aborts every communicator and returns ErrTimeout.
+// aborts every communicator and returns ErrTimeout, joined with the
+// errors of the members that did return (the likely cause).
 func (g *Group) each(f func(mb *member) error) error {
 	ok, err := g.concurrently(func(mb *member) error {
 		return mb.dev.locked(func() error {
@@ -240,30 +241,33 @@ func (g *Group) each(f func(mb *member) error) error {
 	for _, mb := range g.members {
 		mb.abort()
 	}
-	return fmt.Errorf("%w: the devices of this process did not all finish within %v (one failed before a collective?); communicators aborted", ErrTimeout, g.opts.Timeout)
+	return errors.Join(fmt.Errorf("%w: the devices of this process did not all finish within %v (one failed before a collective?); communicators aborted", ErrTimeout, g.opts.Timeout), err)
 }
 
 // concurrently runs f for every member, each on its own goroutine: ok
-// and their errors joined once all have returned, or not ok once the
-// group's timeout passes first (the goroutines left running).
+// and their errors joined once all have returned, or not ok and the
+// errors of those that returned once the group's timeout passes first
+// (the others left running).
 func (g *Group) concurrently(f func(mb *member) error) (ok bool, err error) {
-	errs := make([]error, len(g.members))
-	var wg sync.WaitGroup
+	type result struct {
+		i   int
+		err error
+	}
+	done := make(chan result, len(g.members))
 	for i, mb := range g.members {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = f(mb)
-		}()
+		go func() { done <- result{i, f(mb)} }()
 	}
-	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
-	select {
-	case <-finished:
-		return true, errors.Join(errs...)
-	case <-time.After(g.opts.Timeout):
-		return false, nil
+	errs := make([]error, len(g.members))
+	timeout := time.After(g.opts.Timeout)
+	for range g.members {
+		select {
+		case r := <-done:
+			errs[r.i] = r.err
+		case <-timeout:
+			return false, errors.Join(errs...)
+		}
 	}
+	return true, errors.Join(errs...)
 }
 
 // wait waits for the member's stream like a watchdog: it polls, checks
@@ -398,7 +402,7 @@ func (g *Group) closeMembers() error {
 		return errors.Join(err, mb.dev.close())
 	})
 	if !ok {
-		return fmt.Errorf("%w: closing the group's devices", ErrTimeout)
+		return errors.Join(fmt.Errorf("%w: closing the group's devices", ErrTimeout), err)
 	}
 	return err
 }

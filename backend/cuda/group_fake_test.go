@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -691,4 +692,57 @@ func firstDiff(a, b []float32) int {
 		return min(len(a), len(b))
 	}
 	return -1
+}
+
+// A failure on one device is an error on every device, never a hang: a
+// collective that one device never joins times out and aborts the
+// communicators, after which the group refuses work; a device out of
+// memory before a dispatch's count exchange does the same; errors name
+// the rank.
+func TestFakeGroupFailures(t *testing.T) {
+	g, _ := newFakeGroup(2, ModeReplicated, 300*time.Millisecond)
+	start := time.Now()
+	err := g.each(func(mb *member) error {
+		if mb.rank == 1 {
+			return errors.New("device 1 failed first")
+		}
+		buf, err := mb.dev.alloc(4096)
+		if err != nil {
+			return err
+		}
+		if err := mb.dev.allReduceSum(buf, 1024); err != nil {
+			return err
+		}
+		return g.wait(mb)
+	})
+	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "aborted") || time.Since(start) > 10*time.Second {
+		t.Errorf("collective without its peer: %v after %v", err, time.Since(start))
+	}
+	if err := g.each(func(*member) error { return nil }); !errors.Is(err, ErrTimeout) {
+		t.Errorf("a call after the abort: %v", err)
+	}
+	if err := g.Close(); err != nil {
+		t.Errorf("closing an aborted group: %v", err)
+	}
+
+	s := validation.CaseSpec{M: 5, K: 128, N: 64, ELocal: 4, TopK: 2, Activation: activation.Situ,
+		Chain: moe.ChainMXFP8, Recipe: mxfp.RecipeRCeil, Seed: 1, WeightSeed: 1}
+	c, err := validation.GenerateCase(&s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, devs := newFakeGroup(2, ModeDispatch, 300*time.Millisecond)
+	gl, err := g.Prepare(c.Weights, c.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oom := errors.New("out of memory")
+	devs[1].failAlloc = oom
+	out := make([]float32, s.M*s.K)
+	if err := gl.Forward(out, &c.Input, nil); !errors.Is(err, oom) || !strings.Contains(err.Error(), "rank 1") {
+		t.Errorf("device 1 out of memory: %v", err)
+	}
+	if err := g.Close(); err != nil {
+		t.Errorf("close: %v", err)
+	}
 }
