@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"kimimoe/activation"
+	"kimimoe/backend/cuda/internal/layout"
 	"kimimoe/moe"
 	"kimimoe/mxfp"
 )
@@ -70,11 +71,11 @@ type devptr = uint64
 // Block geometry shared by the host's grid arithmetic and the kernels'
 // static_asserts.
 const (
-	abiThreads       = 256 // threads per CTA of every kernel (8 warps)
-	abiStageK        = 128 // k elements staged per step (KC); K and N must be multiples of it
-	abiGemm1Features = 64  // intermediate features per GEMM1 CTA: grid.x = N / 64
-	abiGemm2Rows     = 128 // output rows (features of K) per GEMM2 CTA: grid.x = K / 128
-	abiTileSmall     = 64  // token tiles: TT instances
+	abiThreads       = 256           // threads per CTA of every kernel (8 warps)
+	abiStageK        = layout.StageK // k elements staged per step (KC); K and N must be multiples of it
+	abiGemm1Features = 64            // intermediate features per GEMM1 CTA: grid.x = N / 64
+	abiGemm2Rows     = 128           // output rows (features of K) per GEMM2 CTA: grid.x = K / 128
+	abiTileSmall     = 64            // token tiles: TT instances
 	abiTileLarge     = 128
 	abiFinalizeCols  = 1024 // output columns per finalize CTA: four a thread
 )

@@ -1,14 +1,16 @@
 package cuda
 
-// The wgmma-fp4 path (sm_90a; f4_layout.go, kernels/fp4_*.cu): MXFP4
+import "kimimoe/backend/cuda/internal/layout/fp4"
+
+// The wgmma-fp4 path (sm_90a; its weights: layout/fp4; kernels/fp4_*.cu): MXFP4
 // weights widened to BF16 in registers, x and the intermediate as BF16 as
 // on the wgmma path.
 const (
-	f4ChunkBytes   = 128 * 16 // payload of one 64-row group and 64-k chunk
-	f4ChunkScales  = 32 * 4   // its scale bytes: one word a quad (its four threads share rows and blocks)
-	abiF4TileMax   = 256      // the largest token tile
-	abiF4RowsGemm1 = 64       // intermediate features per GEMM1 CTA (two warpgroups of 32)
-	abiF4RowsGemm2 = 128      // output rows per GEMM2 CTA (two warpgroups of 64)
+	f4ChunkBytes   = fp4.ChunkBytes  // payload of one 64-row group and 64-k chunk
+	f4ChunkScales  = fp4.ChunkScales // its scale bytes: one word a quad
+	abiF4TileMax   = 256             // the largest token tile
+	abiF4RowsGemm1 = 64              // intermediate features per GEMM1 CTA (two warpgroups of 32)
+	abiF4RowsGemm2 = 128             // output rows per GEMM2 CTA (two warpgroups of 64)
 )
 
 // GEMM1 in three warpgroups (kmoe_f4_gemm1_w3_t128, Plan.W3): the

@@ -1,9 +1,15 @@
 package cuda
 
-// The wgmma path's geometry (wg_layout.go, kernels/wgmma.cu).
+import (
+	"kimimoe/backend/cuda/internal/layout"
+	"kimimoe/backend/cuda/internal/layout/decode"
+	"kimimoe/backend/cuda/internal/layout/wgmma"
+)
+
+// The wgmma path's geometry (its weights: layout/wgmma; kernels/wgmma.cu).
 const (
-	abiWGTokens = 128 // tokens per tile: two warpgroups of 64 (the wgmma's M)
-	abiWGChunkK = 64  // k per staged chunk: 128 bytes of BF16 a row
+	abiWGTokens = 128           // tokens per tile: two warpgroups of 64 (the wgmma's M)
+	abiWGChunkK = layout.ChunkK // k per staged chunk: 128 bytes of BF16 a row
 )
 
 // wgRows are the instances' weight rows per tile (the wgmma's N), and
@@ -11,12 +17,9 @@ const (
 // CTAs an SM (two times 3 x 32 KB of stages), the 256-row ones one (4 x
 // 48 KB).
 var (
-	wgRows   = []int{128, 256}
+	wgRows   = wgmma.Rows
 	wgStages = map[int]int{128: 3, 256: 4}
 )
-
-// wgTileBytes is one weight (tile, chunk) block of rows rows.
-func wgTileBytes(rows int) int { return rows * 2 * abiWGChunkK }
 
 // abiSmemAlign is the boundary the wgmma path's kernels align their
 // dynamic shared memory to (the 128-byte swizzle's 1024-byte pattern):
@@ -27,19 +30,19 @@ const abiSmemAlign = 1024
 // kernels: sizeof(WgSmem<rows>) (the staged tokens and weights and the
 // tile's source rows) and the alignment slack.
 func wgSmem(rows int) int {
-	return wgStages[rows]*(abiWGTokens*2*abiWGChunkK+wgTileBytes(rows)) + 4*abiWGTokens + abiSmemAlign
+	return wgStages[rows]*(abiWGTokens*2*abiWGChunkK+wgmma.TileBytes(rows)) + 4*abiWGTokens + abiSmemAlign
 }
 
 // The decode kernels' CTAs: 4 warps (one 32-feature MXFP8 block in GEMM1,
 // 64 output rows in GEMM2).
 const (
 	abiDecodeThreads = 128
-	abiDecodeTile    = 16 * abiStageK / 2 // bytes of one pre-arranged 16-row tile
-	abiDecodeScales  = 16 * abiStageK / 32
+	abiDecodeTile    = decode.Tile // bytes of one pre-arranged 16-row tile (layout/decode)
+	abiDecodeScales  = decode.Scales
 )
 
 // The wgmma path (sm_90a; kernels/wgmma.cu): x as BF16,
-// then the two GEMMs on BF16 operands (W arranged by wg_layout.go); GEMM1
+// then the two GEMMs on BF16 operands (W arranged by layout/wgmma); GEMM1
 // writes the requantized intermediate as BF16 (AQBF) for GEMM2.
 type xBF16Args struct {
 	X       devptr `c:"const float*"`

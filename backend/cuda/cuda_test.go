@@ -8,6 +8,7 @@ import (
 	"kimimoe/activation"
 	"kimimoe/backend"
 	"kimimoe/backend/backendtest"
+	"kimimoe/backend/cuda/internal/layout/fp4"
 	"kimimoe/moe"
 	"kimimoe/mxfp"
 )
@@ -66,7 +67,7 @@ func TestUnsupportedAtPrepare(t *testing.T) {
 	// of 128) a weight scale past the widening's window leaves it none.
 	s.Chain, s.K, s.N = moe.ChainBF16, 160, 96
 	c, _ = validation.GenerateCase(&s, nil)
-	c.Weights.W2Scale[0] = f4MaxScale + 1
+	c.Weights.W2Scale[0] = fp4.MaxScale + 1
 	if _, err := b.Prepare(c.Weights, c.Spec); !errors.Is(err, backend.ErrUnsupported) {
 		t.Errorf("bf16 chain, K=160, N=96, a scale of 2^2: %v, want ErrUnsupported", err)
 	}

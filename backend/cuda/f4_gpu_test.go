@@ -11,6 +11,8 @@ import (
 	"kimimoe/activation"
 	"kimimoe/backend"
 	"kimimoe/backend/cuda/internal/cu"
+	"kimimoe/backend/cuda/internal/layout/fp4"
+	"kimimoe/backend/cuda/internal/layout/wgmma"
 	"kimimoe/moe"
 	"kimimoe/mxfp"
 	"kimimoe/validation"
@@ -18,8 +20,8 @@ import (
 
 // The kernels' MXFP4 -> BF16 widening (f4_widen, with the multipliers
 // from the scale word by f4_mults), for every scale it takes (0 ..
-// f4MaxScale) and every code in every register and half of a word,
-// against wgBF16Table (E2M1 x 2^(s-127) as BF16, checked exhaustively
+// fp4.MaxScale) and every code in every register and half of a word,
+// against wgmma.BF16Table (E2M1 x 2^(s-127) as BF16, checked exhaustively
 // against float64 by TestWGBF16TableExhaustive): bitwise, so signed zeros
 // and the subnormals at scales 0 and 1 count. The two rows of a word get
 // different scales and the other block's scale bytes are 0xFF, so a
@@ -30,14 +32,14 @@ func TestF4WidenExhaustive(t *testing.T) {
 	// so over i = 0..15 every code meets every field. Row r0 (registers 0
 	// and 2) has scale s, row r1 (1 and 3) r1Scale(s), in block i & 1 of the
 	// scale word [r0 block 0, r0 block 1, r1 block 0, r1 block 1].
-	r1Scale := func(s int) int { return (7*s + 61) % (f4MaxScale + 1) } // a permutation: gcd(7, 129) = 1
+	r1Scale := func(s int) int { return (7*s + 61) % (fp4.MaxScale + 1) } // a permutation: gcd(7, 129) = 1
 	var in, sc []uint32
-	for s := range f4MaxScale + 1 {
+	for s := range fp4.MaxScale + 1 {
 		for i := range 16 {
 			var word uint32
 			for j := range 4 {
 				for h := range 2 {
-					word |= f4Bits(uint8((i+3*j+7*h)%16), j, h)
+					word |= fp4.Bits(uint8((i+3*j+7*h)%16), j, h)
 				}
 			}
 			bytes := [4]uint32{0xFF, 0xFF, 0xFF, 0xFF}
@@ -58,9 +60,9 @@ func TestF4WidenExhaustive(t *testing.T) {
 				if j&1 == 1 {
 					rs = r1Scale(s)
 				}
-				if want := wgBF16Table[rs][c]; got != want {
+				if want := wgmma.BF16Table[rs][c]; got != want {
 					t.Fatalf("word %d: scale %d code %#x register %d half %d: BF16 %#04x (%g), want %#04x (%g)",
-						n, rs, c, j, h, got, bf16Float(got), want, bf16Float(want))
+						n, rs, c, j, h, got, mxfp.Float32FromBF16(got), want, mxfp.Float32FromBF16(want))
 				}
 			}
 		}
@@ -108,7 +110,7 @@ func TestF4Path(t *testing.T) {
 		comparePaths(t, o, in, w.K, [2]string{"wgmma-fp4", "mma.sync"}, outs)
 	}
 
-	w.W31Scale[0] = f4MaxScale + 1
+	w.W31Scale[0] = fp4.MaxScale + 1
 	l2, _ := prepare(t, b, s, w)
 	defer l2.Close()
 	if err := l2.SetTuning(Tuning{FP4MaxM: 1}); !errors.Is(err, backend.ErrUnsupported) || l2.PathFor(128) == "wgmma-fp4" {

@@ -5,6 +5,7 @@ package cuda
 import (
 	"errors"
 	"kimimoe/backend/cuda/internal/cu"
+	"kimimoe/backend/cuda/internal/layout"
 	"math"
 	"testing"
 	"unsafe"
@@ -656,7 +657,7 @@ func TestTinyXLeavesBF16Paths(t *testing.T) {
 	in := kimiInput(t, &s, w, m, 5)
 	var fine []uint8 // the codes BF16 cannot hold at scale 0, both signs
 	for c := range 256 {
-		if !mxfp8HeldByBF16(uint8(c), 0) {
+		if !layout.MXFP8HeldByBF16(uint8(c), 0) {
 			fine = append(fine, uint8(c))
 		}
 	}
@@ -666,7 +667,7 @@ func TestTinyXLeavesBF16Paths(t *testing.T) {
 		xq.Codes[i] = fine[(i*7+i/w.K)%len(fine)]
 		x[i] = float32(math.Ldexp(float64(mxfp.DecodeE4M3(xq.Codes[i])), -127)) // exact: float32's subnormals reach 2^-149
 	}
-	if !xOutsideBF16(&moe.Input{XQ: xq}, s.Recipe) || !xOutsideBF16(&moe.Input{X: x}, s.Recipe) {
+	if !layout.XOutsideBF16(&moe.Input{XQ: xq}, s.Recipe) || !layout.XOutsideBF16(&moe.Input{X: x}, s.Recipe) {
 		t.Fatal("xOutsideBF16 keeps the tiny x on the BF16 paths")
 	}
 	o, err := moe.NewOracle(w, s.LayerSpec())

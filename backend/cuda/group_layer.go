@@ -5,6 +5,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"kimimoe/backend/cuda/internal/layout"
 	"kimimoe/backend/cuda/internal/nccl"
 
 	"kimimoe/backend"
@@ -432,7 +433,7 @@ func (p *memberLayer) uploadDispatch(gl *GroupLayer, in *moe.Input) error {
 	if in.X != nil {
 		ds.form = formFloat
 	}
-	ds.wide = xOutsideBF16(in, p.l.recipe())
+	ds.wide = layout.XOutsideBF16(in, p.l.recipe())
 	alloc := func(n int) (devptr, error) {
 		ptr, err := dev.alloc(n) // (cuMemAlloc makes 0 bytes a real buffer)
 		if err == nil {

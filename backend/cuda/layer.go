@@ -9,6 +9,7 @@ import (
 
 	"kimimoe/backend"
 	"kimimoe/backend/cuda/internal/cu"
+	"kimimoe/backend/cuda/internal/layout/fp4"
 	"kimimoe/moe"
 	"kimimoe/mxfp"
 )
@@ -39,11 +40,11 @@ type Layer struct {
 // the mma.sync grouped GEMMs read.
 type mxWeights struct{ w31, w31s, w2, w2s devptr }
 
-// decodeWeights are FC1 and FC2 in the decode path's tiles (decode_layout.go).
+// decodeWeights are FC1 and FC2 in the decode path's tiles (internal/layout/decode).
 type decodeWeights struct{ w31, w31s, w2, w2s devptr }
 
 // wgWeights are FC1 and FC2 as BF16 in the wgmma operand's swizzled form
-// (wg_layout.go), 0 while not uploaded; whyNot says why the path is not
+// (internal/layout/wgmma), 0 while not uploaded; whyNot says why the path is not
 // available, where it is not.
 type wgWeights struct {
 	w31, w2 devptr
@@ -51,7 +52,7 @@ type wgWeights struct {
 	whyNot  string
 }
 
-// f4Weights are FC1 and FC2 for the wgmma-fp4 GEMMs (f4_layout.go), 0
+// f4Weights are FC1 and FC2 for the wgmma-fp4 GEMMs (internal/layout/fp4), 0
 // while not uploaded; whyNot says why the path is not available, where it
 // is not.
 type f4Weights struct {
@@ -99,7 +100,7 @@ func (b *Backend) Prepare(w *moe.Weights, spec moe.LayerSpec) (backend.Layer, er
 		}
 		if spec.Chain == moe.ChainBF16 && !l.avail[PathFP4] && !l.avail[PathWGMMA] {
 			return errors.Join(fmt.Errorf("%w: backend \"cuda\" runs the bf16 chain on its two wgmma paths only, which need an sm_90 device and weight scales up to 2^%d (%s; %s); use the %q backend",
-				backend.ErrUnsupported, f4MaxScale-127, l.f4.whyNot, l.wg.whyNot, backend.GoName), l.free())
+				backend.ErrUnsupported, fp4.MaxScale-127, l.f4.whyNot, l.wg.whyNot, backend.GoName), l.free())
 		}
 		b.layers[l] = true
 		return nil
@@ -126,7 +127,7 @@ func (l *Layer) SetTuning(t Tuning) error {
 		}
 		if t.FP4MaxM > 0 && !l.avail[PathFP4] {
 			return fmt.Errorf("%w: the wgmma-fp4 path needs an sm_90 device and weight scales up to 2^%d (%s)",
-				backend.ErrUnsupported, f4MaxScale-127, l.f4.whyNot)
+				backend.ErrUnsupported, fp4.MaxScale-127, l.f4.whyNot)
 		}
 		if t.WGMMAMinM > 0 && !l.avail[PathWGMMA] {
 			return fmt.Errorf("%w: the wgmma path needs an sm_90 device and K and N multiples of %d (%s)",

@@ -2,7 +2,12 @@
 
 package cuda
 
-// decodePath streams the weights in tiles (decode_layout.go), tokens on
+import (
+	"kimimoe/backend/cuda/internal/layout"
+	"kimimoe/backend/cuda/internal/layout/decode"
+)
+
+// decodePath streams the weights in tiles (internal/layout/decode), tokens on
 // the MMA's narrow side.
 type decodePath struct{}
 
@@ -15,8 +20,8 @@ func (decodePath) weights(l *Layer) []*devptr { return l.dec.ptrs() }
 
 // upload copies the weights re-laid in the decode tiles.
 func (decodePath) upload(l *Layer) error {
-	d31, d31s := decodeW31(l.w)
-	d2, d2s := decodeW2(l.w)
+	d31, d31s := decode.W31(l.w)
+	d2, d2s := decode.W2(l.w)
 	return l.uploadAll(upload{&l.dec.w31, d31}, upload{&l.dec.w31s, d31s}, upload{&l.dec.w2, d2}, upload{&l.dec.w2s, d2s})
 }
 
@@ -25,7 +30,7 @@ func (decodePath) upload(l *Layer) error {
 func (l *Layer) decodeSteps(ws *workspace, p *Plan) []step {
 	w, b, s := l.w, l.b, l.b.stream
 	m, topk, entries := ws.m, ws.topk, ws.m*ws.topk
-	kp, np := padTo(w.K), padTo(w.N)
+	kp, np := layout.PadTo(w.K), layout.PadTo(w.N)
 	maxExperts := min(w.E, entries)
 	form := ws.abiForm()
 	quantCTAs := min((m*kp/32+7)/8, 2*b.sms) // two CTAs an SM quantize x

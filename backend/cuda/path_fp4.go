@@ -2,8 +2,10 @@
 
 package cuda
 
+import "kimimoe/backend/cuda/internal/layout/fp4"
+
 // fp4Path is the wgmma-fp4 GEMMs: MXFP4 weights widened to BF16 in
-// registers (sm_90; f4_layout.go).
+// registers (sm_90; internal/layout/fp4).
 type fp4Path struct{}
 
 func (fp4Path) steps(l *Layer, ws *workspace, p *Plan) []step {
@@ -11,7 +13,7 @@ func (fp4Path) steps(l *Layer, ws *workspace, p *Plan) []step {
 	return l.tiledSteps(ws, p, g1, g2)
 }
 
-// f4Steps are the wgmma-fp4 GEMMs (f4_layout.go): GEMM1 (with the
+// f4Steps are the wgmma-fp4 GEMMs (internal/layout/fp4): GEMM1 (with the
 // activation in its epilogue, or as kmoe_act_requant after it), then
 // GEMM2, on p.Loop's instances of p.Tile tokens. With p.TileReady GEMM2's
 // CTAs wait for their own tile's producers (tile_wait) rather than for
@@ -89,8 +91,8 @@ func (fp4Path) available(l *Layer) string {
 	w := l.w
 	if !l.b.arch.wgmma {
 		l.f4.whyNot = "the device is " + l.b.arch.target
-	} else if l.f4.whyNot = f4Available(w); l.f4.whyNot == "" {
-		l.f4.k, l.f4.n = f4Dims(w)
+	} else if l.f4.whyNot = fp4.Available(w); l.f4.whyNot == "" {
+		l.f4.k, l.f4.n = fp4.Dims(w)
 	}
 	return l.f4.whyNot
 }
@@ -100,7 +102,7 @@ func (fp4Path) weights(l *Layer) []*devptr { return l.f4.ptrs() }
 // upload arranges and uploads the weights for the wgmma-fp4 GEMMs.
 func (fp4Path) upload(l *Layer) error {
 	w := l.w
-	p31, s31 := f4W31(w)
-	p2, s2 := f4W2(w)
+	p31, s31 := fp4.W31(w)
+	p2, s2 := fp4.W2(w)
 	return l.uploadAll(upload{&l.f4.w31, p31}, upload{&l.f4.w31s, s31}, upload{&l.f4.w2, p2}, upload{&l.f4.w2s, s2})
 }

@@ -2,9 +2,12 @@
 
 package cuda
 
-import "fmt"
+import (
+	"fmt"
+	"kimimoe/backend/cuda/internal/layout/wgmma"
+)
 
-// wgmmaPath is the wgmma GEMMs on BF16 weights (sm_90; wg_layout.go).
+// wgmmaPath is the wgmma GEMMs on BF16 weights (sm_90; internal/layout/wgmma).
 type wgmmaPath struct{}
 
 func (wgmmaPath) steps(l *Layer, ws *workspace, p *Plan) []step {
@@ -12,7 +15,7 @@ func (wgmmaPath) steps(l *Layer, ws *workspace, p *Plan) []step {
 	return l.tiledSteps(ws, p, g1, g2)
 }
 
-// wgSteps are the wgmma GEMMs on BF16 weights (wg_layout.go): GEMM1 with
+// wgSteps are the wgmma GEMMs on BF16 weights (internal/layout/wgmma): GEMM1 with
 // the activation in its epilogue, then GEMM2, at p.WGRows weight rows a
 // tile.
 func (l *Layer) wgSteps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
@@ -40,12 +43,12 @@ func (wgmmaPath) available(l *Layer) string {
 	switch {
 	case !l.b.arch.wgmma:
 		l.wg.whyNot = "the device is " + l.b.arch.target
-	case wgTileRows(w) == 0:
+	case wgmma.TileRows(w) == 0:
 		l.wg.whyNot = fmt.Sprintf("K=%d, N=%d", w.K, w.N)
 	default:
 		// GEMM1 at 128 rows a tile (two CTAs an SM: one's activation
-		// epilogue runs beside the other's MMAs), GEMM2 at wgTileRows'.
-		l.wg.whyNot, l.wg.rows = "", [2]int{128, wgTileRows(w)}
+		// epilogue runs beside the other's MMAs), GEMM2 at wgmma.TileRows'.
+		l.wg.whyNot, l.wg.rows = "", [2]int{128, wgmma.TileRows(w)}
 	}
 	return l.wg.whyNot
 }
@@ -55,5 +58,5 @@ func (wgmmaPath) weights(l *Layer) []*devptr { return l.wg.ptrs() }
 // upload arranges and uploads the weights as BF16 wgmma operands.
 func (wgmmaPath) upload(l *Layer) error {
 	w := l.w
-	return l.uploadAll(upload{&l.wg.w31, wgW31(w, l.wg.rows[0])}, upload{&l.wg.w2, wgW2(w, l.wg.rows[1])})
+	return l.uploadAll(upload{&l.wg.w31, wgmma.W31(w, l.wg.rows[0])}, upload{&l.wg.w2, wgmma.W2(w, l.wg.rows[1])})
 }

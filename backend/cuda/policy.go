@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"kimimoe/backend/cuda/internal/layout"
 	"math"
 	"slices"
 )
@@ -97,11 +98,11 @@ const w3SparePctDefault = 5
 // f4W3Fits reports whether GEMM1 runs in three warpgroups on the
 // 128-token tile at intermediate size n: its padded N / 32 row groups in
 // 96-feature CTAs leave at most pct in 100 of their warpgroups spare.
-func f4W3Fits(n, pct int) bool { return f4W3Spare(padTo(n)/32, pct) }
+func f4W3Fits(n, pct int) bool { return f4W3Spare(layout.PadTo(n)/32, pct) }
 
 // f4W3Gemm2Fits is f4W3Fits for GEMM2 at hidden size k: padded K / 64
 // row groups in 192-feature CTAs.
-func f4W3Gemm2Fits(k, pct int) bool { return f4W3Spare(padTo(k)/64, pct) }
+func f4W3Gemm2Fits(k, pct int) bool { return f4W3Spare(layout.PadTo(k)/64, pct) }
 
 // f4SyncMaxM is the most tokens on the small tiles (f4sTiles), whose
 // GEMMs run the barrier-free mma.sync loop.
@@ -245,7 +246,7 @@ func choosePlan(s planShape) Plan {
 		if em <= or(t.FP4FitMaxM, f4FitMaxMDefault) && slices.Contains(f4FitTiles, p.Tile) {
 			p.Loop = LoopFitted
 		}
-		if !t.NoFP4Sync && slices.Contains(f4sTiles, p.Tile) && f4sAddressable(p.Tile, s.m*padTo(s.k), entries*padTo(s.n)) { // the padded rows (f4Dims)
+		if !t.NoFP4Sync && slices.Contains(f4sTiles, p.Tile) && f4sAddressable(p.Tile, s.m*layout.PadTo(s.k), entries*layout.PadTo(s.n)) { // the padded rows (f4Dims)
 			p.Loop = LoopSync
 			p.Deep2 = p.Tile == 8 && s.m <= f4sDeepMaxM
 		}

@@ -8,6 +8,7 @@ import (
 
 	"kimimoe/backend"
 	"kimimoe/backend/cuda/internal/cu"
+	"kimimoe/backend/cuda/internal/layout"
 	"kimimoe/moe"
 )
 
@@ -105,7 +106,7 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 	}
 	w := l.w
 	ws := &workspace{m: m, topk: topk, lastUse: l.uses, plans: [2]Plan{l.plan(m, topk, false), l.plan(m, topk, true)}}
-	kp, np := padTo(w.K), padTo(w.N)
+	kp, np := layout.PadTo(w.K), layout.PadTo(w.N)
 	entries := m * topk
 	type buf struct {
 		p *devptr
@@ -177,7 +178,7 @@ func (l *Layer) upload(in *moe.Input) (*workspace, error) {
 	// Only the BF16 paths need to know whether BF16 holds x's values.
 	bf16 := ws.plans[0].Path.bf16Operands()
 	// On the bf16 chain x is BF16 by the contract, infinities included.
-	ws.form, ws.wide = formQuantized, bf16 && l.spec.Chain != moe.ChainBF16 && xOutsideBF16(in, l.spec.Recipe)
+	ws.form, ws.wide = formQuantized, bf16 && l.spec.Chain != moe.ChainBF16 && layout.XOutsideBF16(in, l.spec.Recipe)
 	if in.X != nil {
 		ws.form = formFloat
 		err = cu.MemcpyHtoD(ws.x, f32bytes(in.X), s)

@@ -7,7 +7,7 @@
 # loops' own widening and MMAs as the work, the floor of the 16-token
 # loops (docs/PERF.md, "The floor of the 16-token loops' work").
 #
-# Layout (f4_layout.go): a 64-row group's chunks of 2 KB, one 16-byte
+# Layout (internal/layout/fp4): a 64-row group's chunks of 2 KB, one 16-byte
 # word a thread a chunk, a warpgroup a group, two warpgroups a CTA, a
 # step = two chunks. GEMM1 at M=1: 8 experts x 6144 rows = 768 groups;
 # GEMM2: 8 x 3584 rows = 448 groups. Chunks a group: part 1 the payload

@@ -122,7 +122,7 @@ __device__ __forceinline__ void f4_chunk(float (&acc)[NT / 2], u32 (&a)[4][4], u
 
 // A warpgroup's weight stream: this thread's payload (wq: chunk j at
 // + 128 j) and its quad's scales (F4Scales) of one 64-row group (the
-// layout of f4_layout.go: payload w, scales ws, kdim / 64 chunks a group),
+// layout of internal/layout/fp4: payload w, scales ws, kdim / 64 chunks a group),
 // and the words of the AH 128-k steps in flight. begin loads the first AH
 // steps: first of all, since their latency is the loop's longest; each
 // loop then reloads a chunk's words as soon as that chunk is widened.

@@ -3,7 +3,7 @@
 // The grouped GEMMs on wgmma with the weights kept as MXFP4 in memory
 // (sm_90a only, like the wgmma path): each thread loads its part of the
 // A operand (64 weight rows x 16 k a step) straight from global memory,
-// 16 bytes per 64-k chunk in the layout of f4_layout.go, widens it to
+// 16 bytes per 64-k chunk in the layout of internal/layout/fp4, widens it to
 // BF16 in registers exactly (f4_widen) and issues wgmma with A from
 // registers and the tokens as B from shared memory, NT of them (the MMA's
 // N: 8 .. 128), so few tokens per expert waste little of the MMA and the
@@ -28,7 +28,7 @@
 static_assert(F4_CHUNK_BYTES == 128 * 16 && F4_CHUNK_SCALES == 32 * 4, "16 payload bytes a thread and 4 scale bytes a quad a chunk");
 
 // The scale words of the AH 128-k steps a thread has in flight: its
-// quad's words of four chunks (two steps) sit side by side (f4_layout.go),
+// quad's words of four chunks (two steps) sit side by side (internal/layout/fp4),
 // so one 16-byte load brings two steps' scales. wsq: the quad's words of
 // step pair 0 (pair p at + 32 p). Slot u holds steps c0 + u, c0 + u + 1
 // for even u (c0 a multiple of AH, so AH is even).
@@ -82,13 +82,13 @@ __device__ __forceinline__ void f4_mults(u32 sc, u32* b0, u32* b1) {
     *b1 = (sc >> 1) & 0x7F807F80u;
 }
 
-// One word of the layout (f4_layout.go) -> the four A registers of a k16
+// One word of the layout (internal/layout/fp4) -> the four A registers of a k16
 // step: each half's sign to bit 15 and magnitude bits to 8..6 (the value
 // E2M1 x 2^-126, code 1 a BF16 subnormal), then times 2^(s-1): mm's low
 // half is row r0's multiplier (registers 0 and 2), its high half row r1's
 // (1 and 3). Nine integer instructions a word (a mask; a shift or a
 // rotation and a mask, twice; two shifts, two masks): no placement does it
-// in fewer (f4_layout.go), and the placement before took eleven.
+// in fewer (internal/layout/fp4), and the placement before took eleven.
 __device__ __forceinline__ void f4_widen(u32 (&a)[4], u32 q, u32 mm) {
     u32 o0 = q & 0x81C081C0u;
     u32 o1 = (q << 6) & 0x81C081C0u;

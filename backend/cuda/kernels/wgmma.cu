@@ -4,7 +4,7 @@
 // NVRTC defines __CUDA_ARCH_FEAT_SM90_ALL, empty stubs elsewhere), on
 // BF16 operands: every MXFP4 weight and every MXFP8 token value is a BF16
 // value and BF16 products are exact in float32, so the tensor cores sum a
-// whole row in float32 with no per-block scale to apply (wg_layout.go).
+// whole row in float32 with no per-block scale to apply (internal/layout/wgmma).
 // (FP8 wgmma with the weight scales folded into E4M3 was tried first: its
 // block sums are not exact; docs/PERF.md.) x is converted to BF16 once
 // (kmoe_x_bf16), the weights at prepare time, and GEMM1 writes the

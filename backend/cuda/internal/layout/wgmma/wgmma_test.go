@@ -1,10 +1,11 @@
-package cuda
+package wgmma
 
 import (
 	"math"
 	"testing"
 
 	"kimimoe/activation"
+	"kimimoe/backend/cuda/internal/layout"
 	"kimimoe/moe"
 	"kimimoe/mxfp"
 	"kimimoe/validation"
@@ -18,7 +19,7 @@ func TestWGBF16TableExhaustive(t *testing.T) {
 	for s := range 256 {
 		for c := range 16 {
 			want := float64(mxfp.DecodeE2M1(uint8(c))) * math.Ldexp(1, s-127)
-			got := float64(bf16Float(wgBF16Table[s][c]))
+			got := float64(mxfp.Float32FromBF16(BF16Table[s][c]))
 			switch {
 			case s == 0xFF:
 				if !math.IsNaN(got) {
@@ -35,7 +36,7 @@ func TestWGBF16TableExhaustive(t *testing.T) {
 	}
 }
 
-// The arranged weights, read back through the layout (wgOffset), are
+// The arranged weights, read back through the layout (Offset), are
 // every weight's value E2M1 x 2^(s-127), for FC1 (up and gate rows of a
 // feature tile) and FC2.
 func TestWGArrangeReadsBack(t *testing.T) {
@@ -46,7 +47,7 @@ func TestWGArrangeReadsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.W31Scale[5], w.W2Scale[7] = 0, 1 // the smallest scales: BF16 subnormals
-	for _, bn := range wgRows {
+	for _, bn := range Rows {
 		for _, m := range []struct {
 			name     string
 			arrange  func(*moe.Weights, int) []uint8
@@ -54,17 +55,17 @@ func TestWGArrangeReadsBack(t *testing.T) {
 			tiles, k int
 			rowOf    func(tb, r int) int
 		}{
-			{"fc1", wgW31, w.FC1, w.N / (bn / 2), w.K, func(tb, r int) int {
+			{"fc1", W31, w.FC1, w.N / (bn / 2), w.K, func(tb, r int) int {
 				if r < bn/2 {
 					return bn/2*tb + r
 				}
 				return w.N + bn/2*tb + r - bn/2
 			}},
-			{"fc2", wgW2, w.FC2, w.K / bn, w.N, func(tb, r int) int { return bn*tb + r }},
+			{"fc2", W2, w.FC2, w.K / bn, w.N, func(tb, r int) int { return bn*tb + r }},
 		} {
 			payload := m.arrange(w, bn)
-			chunks := m.k / abiWGChunkK
-			if len(payload) != w.E*m.tiles*chunks*wgTileBytes(bn) {
+			chunks := m.k / layout.ChunkK
+			if len(payload) != w.E*m.tiles*chunks*TileBytes(bn) {
 				t.Fatalf("%s: %d bytes", m.name, len(payload))
 			}
 			for e := range w.E {
@@ -75,9 +76,9 @@ func TestWGArrangeReadsBack(t *testing.T) {
 					for r := range bn {
 						src := m.rowOf(tb, r)
 						for k := range m.k {
-							blk := payload[((e*m.tiles+tb)*chunks+k/abiWGChunkK)*wgTileBytes(bn):]
-							o := wgOffset(r, 2*(k%abiWGChunkK))
-							got := float64(bf16Float(uint16(blk[o]) | uint16(blk[o+1])<<8))
+							blk := payload[((e*m.tiles+tb)*chunks+k/layout.ChunkK)*TileBytes(bn):]
+							o := Offset(r, 2*(k%layout.ChunkK))
+							got := float64(mxfp.Float32FromBF16(uint16(blk[o]) | uint16(blk[o+1])<<8))
 							if want := vals[src*m.k+k]; got != want {
 								t.Fatalf("%s (%d-row tiles) expert %d tile %d row %d k %d: %v, want %v", m.name, bn, e, tb, r, k, got, want)
 							}
@@ -94,10 +95,10 @@ func TestWGArrangeReadsBack(t *testing.T) {
 // address bits 4..6 XOR bits 7..9), and is a bijection on a (tile,
 // chunk) block.
 func TestWGOffsetBijective(t *testing.T) {
-	seen := make([]bool, wgTileBytes(256))
+	seen := make([]bool, TileBytes(256))
 	for r := range 256 {
-		for b := range 2 * abiWGChunkK {
-			o := wgOffset(r, b)
+		for b := range 2 * layout.ChunkK {
+			o := Offset(r, b)
 			if seen[o] {
 				t.Fatalf("row %d byte %d lands on %d twice", r, b, o)
 			}
@@ -108,6 +109,3 @@ func TestWGOffsetBijective(t *testing.T) {
 		}
 	}
 }
-
-// bf16Float is the float32 value of BF16 bits.
-func bf16Float(b uint16) float32 { return math.Float32frombits(uint32(b) << 16) }

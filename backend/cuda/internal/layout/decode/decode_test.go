@@ -1,8 +1,9 @@
-package cuda
+package decode
 
 import (
 	"testing"
 
+	"kimimoe/backend/cuda/internal/layout"
 	"kimimoe/moe"
 )
 
@@ -15,8 +16,8 @@ import (
 // the source row (within its expert) of tile tb's row g + 8*half.
 func checkTiles(t *testing.T, p, s, packed, scales []uint8, e, rows, k, tiles int, row func(tb, half, g int) int) {
 	t.Helper()
-	chunks := padTo(k) / abiStageK
-	if len(p) != e*tiles*chunks*abiDecodeTile || len(s) != e*tiles*chunks*abiDecodeScales {
+	chunks := layout.PadTo(k) / layout.StageK
+	if len(p) != e*tiles*chunks*Tile || len(s) != e*tiles*chunks*Scales {
 		t.Fatalf("payload %d bytes, scales %d", len(p), len(s))
 	}
 	for ex := range e {
@@ -29,14 +30,14 @@ func checkTiles(t *testing.T, p, s, packed, scales []uint8, e, rows, k, tiles in
 						r := ex*rows + row(tb, half, g)
 						for q := range 4 {
 							kb := 4*c + q
-							gotS := s[tile*abiDecodeScales+(8*half+g)*4+q]
+							gotS := s[tile*Scales+(8*half+g)*4+q]
 							for b := range 4 {
 								want, wantS := uint8(0), uint8(0)
 								if kb < k/32 {
 									want = packed[r*(k/2)+kb*16+4*tt+b]
 									wantS = scales[r*(k/32)+kb]
 								}
-								got := p[tile*abiDecodeTile+32*lane+16*half+4*q+b]
+								got := p[tile*Tile+32*lane+16*half+4*q+b]
 								if got != want || gotS != wantS {
 									t.Fatalf("e%d tile %d chunk %d lane %d half %d q%d byte %d: %d/%d, want %d/%d", ex, tb, c, lane, half, q, b, got, gotS, want, wantS)
 								}
@@ -61,7 +62,7 @@ func TestDecodeTiles(t *testing.T) {
 	for i := range w.W31Scale {
 		w.W31Scale[i] = uint8(i + 3)
 	}
-	p, s := decodeW31(w)
+	p, s := W31(w)
 	checkTiles(t, p, s, w.W31, w.W31Scale, e, 2*n, k, n/8, func(fg, half, g int) int { return half*n + 8*fg + g })
 }
 
@@ -76,6 +77,6 @@ func TestDecodeTilesFC2(t *testing.T) {
 	for i := range w.W2Scale {
 		w.W2Scale[i] = uint8(i + 1)
 	}
-	p, s := decodeW2(w)
+	p, s := W2(w)
 	checkTiles(t, p, s, w.W2, w.W2Scale, e, k, n, k/16, func(tb, half, g int) int { return 16*tb + 8*half + g })
 }

@@ -1,14 +1,5 @@
-package cuda
-
-import (
-	"fmt"
-	"math/bits"
-
-	"kimimoe/internal/parallel"
-	"kimimoe/moe"
-)
-
-// The wgmma-fp4 path's weights (kernels/fp4_*.cu): MXFP4
+// Package fp4 arranges the weights for the wgmma-fp4 path's kernels
+// (backend/cuda/kernels/fp4_*.cu): MXFP4
 // kept at 4 bits a weight in memory, widened to BF16 in registers and fed
 // to wgmma as its register-sourced A operand, with the weights on the
 // 64-row side and the tokens on the narrow side (8 to 128 wide).
@@ -21,7 +12,7 @@ import (
 // 4.25 bits a weight in all), and the words of four consecutive chunks c
 // (two 128-k steps) side by side, so one 16-byte load brings a quad two
 // steps' scales: chunk c's word at byte ((c/4) 32 + tid/4) 16 + (c%4) 4 of
-// the group, whose chunks are padded to a multiple of four (f4Chunks4).
+// the group, whose chunks are padded to a multiple of four (Chunks4).
 // Stored a word a thread a chunk, the scales were 4x their size and one
 // load a chunk. So a warp's loads are 512 bytes of
 // payload and 128 of scales (every other step), each contiguous.
@@ -54,16 +45,34 @@ import (
 // BF16 value (the smallest, 2^-128, a subnormal). The scale byte stored
 // is s + 126, the BF16 exponent field of 2^(s-1). Scales above 128 (a
 // weight block of magnitude above 12) leave the layer without this path
-// (f4WhyNot); the other paths take it, exactly.
+// (Available); the other paths take it, exactly.
 //
 // Scale word of quad tid/4, chunk c: bytes [row r0 block 2c, r0 block
 // 2c+1, r1 block 2c, r1 block 2c+1], r0 = 16w + l/4, r1 = r0 + 8.
+package fp4
 
-// f4MaxScale is the largest E8M0 weight scale the widening takes exactly.
-const f4MaxScale = 128
+import (
+	"fmt"
+	"math/bits"
 
-// f4Bits places one E2M1 code for register j, half h of a word.
-func f4Bits(code uint8, j, h int) uint32 {
+	"kimimoe/backend/cuda/internal/layout"
+	"kimimoe/internal/parallel"
+	"kimimoe/moe"
+)
+
+const (
+	// ChunkBytes is the payload of one 64-row group and 64-k chunk.
+	ChunkBytes = 128 * 16
+	// ChunkScales is its scale bytes: one word a quad (its four threads
+	// share rows and blocks).
+	ChunkScales = 32 * 4
+)
+
+// MaxScale is the largest E8M0 weight scale the widening takes exactly.
+const MaxScale = 128
+
+// Bits places one E2M1 code for register j, half h of a word.
+func Bits(code uint8, j, h int) uint32 {
 	mag, sign := uint32(code&7), uint32(code>>3)
 	sh := uint(16 * h)
 	switch j {
@@ -77,52 +86,52 @@ func f4Bits(code uint8, j, h int) uint32 {
 	return ((mag>>2)<<14 | (mag>>1&1)<<5 | (mag&1)<<4 | sign<<13) << sh
 }
 
-// f4Element is the (row within the 64-row group, k within the 64-k chunk)
+// Element is the (row within the 64-row group, k within the 64-k chunk)
 // of thread tid's word q, register j, half h.
-func f4Element(tid, q, j, h int) (row, k int) {
+func Element(tid, q, j, h int) (row, k int) {
 	w, l := tid/32, tid%32
 	return 16*w + l/4 + 8*(j&1), 16*q + 2*(l%4) + h + 8*(j>>1)
 }
 
-// f4Chunks4 is a group's chunk count for its scales: chunks padded to a
+// Chunks4 is a group's chunk count for its scales: chunks padded to a
 // multiple of four (zero words, never widened).
-func f4Chunks4(chunks int) int { return (chunks + 3) &^ 3 }
+func Chunks4(chunks int) int { return (chunks + 3) &^ 3 }
 
-// f4ScaleByte is byte i of the scale word of thread tid's quad, chunk c,
+// ScaleByte is byte i of the scale word of thread tid's quad, chunk c,
 // within its group's scales.
-func f4ScaleByte(tid, c, i int) int { return ((c/4)*32+tid/4)*16 + (c%4)*4 + i }
+func ScaleByte(tid, c, i int) int { return ((c/4)*32+tid/4)*16 + (c%4)*4 + i }
 
-// f4Arrange arranges one matrix set: e experts of srcRows rows of srcK
+// arrange arranges one matrix set: e experts of srcRows rows of srcK
 // elements (packed [e][srcRows][srcK/2], scales [e][srcRows][srcK/32]) as
 // e x rows/64 x k/64 blocks (rows a multiple of 64, k of 128, at least the
 // source's), group row r of group gi being source row rowOf(gi, r) of its
 // expert, or -1 for a padding row. Padding rows and the k past srcK are
 // zero weights (scale 2^0), which add nothing to any sum: the kernels run
 // the padded shape exactly. It returns the payload and the scale bytes.
-func f4Arrange(packed, scales []uint8, e, srcRows, srcK, rows, k int, rowOf func(gi, r int) int) (payload, sc []uint8) {
-	groups, chunks := rows/64, k/abiWGChunkK
-	payload = make([]uint8, e*groups*chunks*f4ChunkBytes)
-	chunks4 := f4Chunks4(chunks)
-	sc = make([]uint8, e*groups*chunks4*f4ChunkScales)
+func arrange(packed, scales []uint8, e, srcRows, srcK, rows, k int, rowOf func(gi, r int) int) (payload, sc []uint8) {
+	groups, chunks := rows/64, k/layout.ChunkK
+	payload = make([]uint8, e*groups*chunks*ChunkBytes)
+	chunks4 := Chunks4(chunks)
+	sc = make([]uint8, e*groups*chunks4*ChunkScales)
 	rowBytes, kbs := srcK/2, srcK/32
 	parallel.For(e*groups, func(job int) { // job = expert * groups + group
 		ex, gi := job/groups, job%groups
-		sgrp := sc[job*chunks4*f4ChunkScales:]
+		sgrp := sc[job*chunks4*ChunkScales:]
 		for c := range chunks {
-			blk := payload[(job*chunks+c)*f4ChunkBytes:]
+			blk := payload[(job*chunks+c)*ChunkBytes:]
 			for tid := range 128 {
 				for q := range 4 {
 					var word uint32
 					for j := range 4 {
 						for h := range 2 {
-							r, kk := f4Element(tid, q, j, h)
-							kk += c * abiWGChunkK
+							r, kk := Element(tid, q, j, h)
+							kk += c * layout.ChunkK
 							sr := rowOf(gi, r)
 							if sr < 0 || kk >= srcK {
 								continue // a zero weight: code 0
 							}
 							two := packed[(ex*srcRows+sr)*rowBytes+kk/2]
-							word |= f4Bits((two>>(4*(kk%2)))&0xF, j, h)
+							word |= Bits((two>>(4*(kk%2)))&0xF, j, h)
 						}
 					}
 					o := 16*tid + 4*q
@@ -131,13 +140,13 @@ func f4Arrange(packed, scales []uint8, e, srcRows, srcK, rows, k int, rowOf func
 			}
 			for tid := 0; tid < 128; tid += 4 { // a word a quad: its threads share rows and blocks
 				for i := range 4 {
-					r, _ := f4Element(tid, 0, i>>1, 0)
+					r, _ := Element(tid, 0, i>>1, 0)
 					sr, blk := rowOf(gi, r), 2*c+(i&1)
 					sb := uint8(127) // padding: 2^0
 					if sr >= 0 && blk < kbs {
 						sb = scales[(ex*srcRows+sr)*kbs+blk]
 					}
-					sgrp[f4ScaleByte(tid, c, i)] = sb + 126
+					sgrp[ScaleByte(tid, c, i)] = sb + 126
 				}
 			}
 		}
@@ -145,12 +154,12 @@ func f4Arrange(packed, scales []uint8, e, srcRows, srcK, rows, k int, rowOf func
 	return payload, sc
 }
 
-// f4Row31 is FC1's row (of n up and n gate rows) for GEMM1's 64-row group
+// Row31 is FC1's row (of n up and n gate rows) for GEMM1's 64-row group
 // gi, row r: group gi holds intermediate features [32 gi, 32 gi + 32),
 // warp w (rows 16w..16w+15) eight of them, its rows 0..7 their up rows and
 // 8..15 their gate rows, so each thread's two accumulator rows are the up
 // and gate of one feature; -1 for a feature past n (padding).
-func f4Row31(n int) func(gi, r int) int {
+func Row31(n int) func(gi, r int) int {
 	return func(gi, r int) int {
 		f := 32*gi + 8*(r/16) + r%8
 		switch {
@@ -163,14 +172,14 @@ func f4Row31(n int) func(gi, r int) int {
 	}
 }
 
-// f4Dims are the wgmma-fp4 GEMMs' K and N: the layer's, padded to the
+// Dims are the wgmma-fp4 GEMMs' K and N: the layer's, padded to the
 // kernels' 128-k steps (GEMM2's 128-row CTAs) with zero weights.
-func f4Dims(w *moe.Weights) (k, n int) { return padTo(w.K), padTo(w.N) }
+func Dims(w *moe.Weights) (k, n int) { return layout.PadTo(w.K), layout.PadTo(w.N) }
 
-// f4Available says why w cannot take the wgmma-fp4 path ("" if it can):
-// every weight scale at most f4MaxScale. (K and N that are not multiples
-// of 128 run padded: f4Dims.)
-func f4Available(w *moe.Weights) string {
+// Available says why w cannot take the wgmma-fp4 path ("" if it can):
+// every weight scale at most MaxScale. (K and N that are not multiples
+// of 128 run padded: Dims.)
+func Available(w *moe.Weights) string {
 	for _, m := range []struct {
 		name string
 		s    []uint8
@@ -178,31 +187,31 @@ func f4Available(w *moe.Weights) string {
 		kbs  int
 	}{{"w31", w.W31Scale, 2 * w.N, w.K / 32}, {"w2", w.W2Scale, w.K, w.N / 32}} {
 		for i, s := range m.s {
-			if s > f4MaxScale {
+			if s > MaxScale {
 				per := m.rows * m.kbs
 				return fmt.Sprintf("%s scale of expert %d row %d block %d is 2^%d, above the exact widening's 2^%d",
-					m.name, i/per, i%per/m.kbs, i%m.kbs, int(s)-127, f4MaxScale-127)
+					m.name, i/per, i%per/m.kbs, i%m.kbs, int(s)-127, MaxScale-127)
 			}
 		}
 	}
 	return ""
 }
 
-// f4W31 and f4W2 arrange FC1 and FC2 for the wgmma-fp4 GEMMs, at the
-// padded shape f4Dims (GEMM1's features past N and both GEMMs' k past K
+// W31 and W2 arrange FC1 and FC2 for the wgmma-fp4 GEMMs, at the
+// padded shape Dims (GEMM1's features past N and both GEMMs' k past K
 // and N are zero weights).
-func f4W31(w *moe.Weights) (payload, sc []uint8) {
-	kp, np := f4Dims(w)
-	return f4Arrange(w.W31, w.W31Scale, w.E, 2*w.N, w.K, 2*np, kp, f4Row31(w.N))
+func W31(w *moe.Weights) (payload, sc []uint8) {
+	kp, np := Dims(w)
+	return arrange(w.W31, w.W31Scale, w.E, 2*w.N, w.K, 2*np, kp, Row31(w.N))
 }
 
-func f4W2(w *moe.Weights) (payload, sc []uint8) {
-	kp, np := f4Dims(w)
-	return f4Arrange(w.W2, w.W2Scale, w.E, w.K, w.N, kp, np, f4Row2(w.K))
+func W2(w *moe.Weights) (payload, sc []uint8) {
+	kp, np := Dims(w)
+	return arrange(w.W2, w.W2Scale, w.E, w.K, w.N, kp, np, Row2(w.K))
 }
 
-// f4Row2 is FC2's row (of k) for GEMM2's group gi, row r; -1 past k.
-func f4Row2(k int) func(gi, r int) int {
+// Row2 is FC2's row (of k) for GEMM2's group gi, row r; -1 past k.
+func Row2(k int) func(gi, r int) int {
 	return func(gi, r int) int {
 		if r := 64*gi + r; r < k {
 			return r
