@@ -13,11 +13,19 @@ import (
 // kernel is an entry point bound to its ABI argument type.
 type kernel[A any] struct{ fn cu.Function }
 
+// dryRun, where a test sets it, takes each launch's arguments (and each
+// memset32's) in place of the device, so that a plan's launches can be
+// checked without a GPU.
+var dryRun func(args any) error
+
 func (k kernel[A]) launch(grid [3]int, s cu.Stream, args *A) error {
-	return cu.Launch(k.fn, grid, abiThreads, 0, s, args)
+	return k.launchWith(grid, abiThreads, 0, s, args)
 }
 
 func (k kernel[A]) launchWith(grid [3]int, block, smem int, s cu.Stream, args *A) error {
+	if dryRun != nil {
+		return dryRun(args)
+	}
 	return cu.Launch(k.fn, grid, block, smem, s, args)
 }
 
@@ -25,7 +33,24 @@ func (k kernel[A]) launchWith(grid [3]int, block, smem int, s cu.Stream, args *A
 // that execute pdl_wait (kernels/ptx.cuh) before reading what the kernel
 // ahead of them in the stream writes.
 func (k kernel[A]) launchPDL(grid [3]int, block, smem int, s cu.Stream, args *A) error {
+	if dryRun != nil {
+		return dryRun(args)
+	}
 	return cu.LaunchPDL(k.fn, grid, block, smem, s, args)
+}
+
+// memset32Args are a memset32's, as dryRun sees them.
+type memset32Args struct {
+	Dst devptr
+	N   int
+}
+
+// memset32 sets n 32-bit words at dst to v on the stream.
+func (b *Backend) memset32(dst devptr, v uint32, n int) error {
+	if dryRun != nil {
+		return dryRun(&memset32Args{dst, n})
+	}
+	return cu.MemsetD32(dst, v, n, b.stream)
 }
 
 // launchMaybePDL is launchPDL where pdl, else launchWith.

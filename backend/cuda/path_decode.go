@@ -18,6 +18,14 @@ func (decodePath) available(*Layer) string { return "" }
 
 func (decodePath) weights(l *Layer) []*devptr { return l.dec.ptrs() }
 
+// buffers: x padded, its float scales, the touched experts and the
+// intermediate's float scales, each with one more row (zeros).
+func (decodePath) buffers(l *Layer, ws *workspace, _ *Plan) []wsBuf {
+	w, m, entries := l.w, ws.m, ws.m*ws.topk
+	kp, np := layout.PadTo(w.K), layout.PadTo(w.N)
+	return []wsBuf{{&ws.xqd, (m + 1) * kp}, {&ws.xsf, 4 * (m + 1) * kp / 32}, {&ws.touched, 4 * (w.E + 1)}, {&ws.aqsf, 4 * (entries + 1) * np / 32}}
+}
+
 // upload copies the weights re-laid in the decode tiles.
 func (decodePath) upload(l *Layer) error {
 	d31, d31s := decode.W31(l.w)

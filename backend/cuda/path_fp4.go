@@ -99,6 +99,19 @@ func (fp4Path) available(l *Layer) string {
 
 func (fp4Path) weights(l *Layer) []*devptr { return l.f4.ptrs() }
 
+// buffers: x and the intermediate as BF16, the per-tile counts (at most
+// one tile an entry and one partial tile an expert, two counts a tile
+// where the activation runs by tile), and GEMM1's float32 up and gate
+// where the activation is a kernel of its own.
+func (fp4Path) buffers(l *Layer, ws *workspace, p *Plan) []wsBuf {
+	entries := ws.m * ws.topk
+	bufs := append(l.bf16Buffers(ws), wsBuf{&ws.ready, 4 * 2 * (entries + l.w.E)})
+	if p.ActKernel {
+		bufs = append(bufs, wsBuf{&ws.ug, 8 * entries * max(l.w.N, l.f4.n)})
+	}
+	return bufs
+}
+
 // upload arranges and uploads the weights for the wgmma-fp4 GEMMs.
 func (fp4Path) upload(l *Layer) error {
 	w := l.w

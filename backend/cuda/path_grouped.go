@@ -2,8 +2,6 @@
 
 package cuda
 
-import "kimimoe/backend/cuda/internal/cu"
-
 // The grouped paths share a prologue (x prepared for the GEMMs, the
 // entries routed into token tiles by expert) and the finalize; this file
 // holds that and the mma.sync GEMMs, which read x as MXFP8 and the
@@ -67,11 +65,11 @@ func (l *Layer) prologueSteps(ws *workspace, p *Plan) []step {
 	return []step{
 		{"memset", func() error {
 			if nReady > 0 {
-				if err := cu.MemsetD32(ready, 0, nReady, s); err != nil {
+				if err := b.memset32(ready, 0, nReady); err != nil {
 					return err
 				}
 			}
-			return cu.MemsetD32(ws.pos, 0xFFFFFFFF, entries, s)
+			return b.memset32(ws.pos, 0xFFFFFFFF, entries)
 		}},
 		xstep,
 		{"route_count", func() error {
@@ -99,6 +97,9 @@ func (groupedPath) steps(l *Layer, ws *workspace, p *Plan) []step {
 func (groupedPath) available(*Layer) string { return "" }
 
 func (groupedPath) weights(l *Layer) []*devptr { return l.mx.ptrs() }
+
+// buffers: none beyond every path's (x as MXFP8, the intermediate).
+func (groupedPath) buffers(*Layer, *workspace, *Plan) []wsBuf { return nil }
 
 // upload copies the weights as given.
 func (groupedPath) upload(l *Layer) error {

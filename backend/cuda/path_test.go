@@ -4,13 +4,17 @@ package cuda
 
 import (
 	"math"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
 
+	"kimimoe/activation"
 	"kimimoe/moe"
+	"kimimoe/mxfp"
 )
 
 // kimiShape is the plan input of the Kimi-K3 EP32 layer on an H200 with
@@ -516,5 +520,119 @@ func TestPathsUsed(t *testing.T) {
 	want := [numPaths]bool{PathGrouped: true, PathFP4: true}
 	if got := pathsUsed(kimiShape(1, Tuning{})); got != want {
 		t.Errorf("Kimi on sm_90a keeps %v on the device, want %v", got, want)
+	}
+}
+
+// Every plan's launches read only buffers its workspace has, for every
+// path, tile and switch: each plan's steps run dry (no device) twice, once
+// with the buffers a workspace had when every path's were made at once
+// (the rule before each path named its own, written out below) and
+// once with those Layer.buffers names for its plans; every pointer
+// argument set in the first run is set in the second. A path whose
+// buffers leave out one its steps read fails here rather than faulting on
+// a GPU.
+func TestPlansReadOnlyTheirBuffers(t *testing.T) {
+	defer func() { dryRun = nil }()
+	var launches []any
+	dryRun = func(args any) error {
+		launches = append(launches, args)
+		return nil
+	}
+	ptrType := reflect.TypeFor[devptr]()
+	// set gives every devptr field of ws a distinct nonzero value where
+	// keep says so, and 0 elsewhere.
+	set := func(ws *workspace, keep func(p *devptr) bool) {
+		v := reflect.ValueOf(ws).Elem()
+		for i := range v.NumField() {
+			if f := v.Field(i); f.Type() == ptrType {
+				p := (*devptr)(unsafe.Pointer(f.UnsafeAddr())) // the fields are unexported
+				*p = 0
+				if keep(p) {
+					*p = devptr(0x1000 * (i + 1))
+				}
+			}
+		}
+	}
+	run := func(l *Layer, ws *workspace) [][]string {
+		launches = nil
+		for _, st := range l.steps(ws) {
+			if err := st.run(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var set [][]string // per launch, its pointer arguments that are set
+		for _, a := range launches {
+			v := reflect.ValueOf(a).Elem()
+			var names []string
+			for i := range v.NumField() {
+				if v.Field(i).Type() == ptrType && v.Field(i).Uint() != 0 {
+					names = append(names, v.Type().Name()+"."+v.Type().Field(i).Name)
+				}
+			}
+			set = append(set, names)
+		}
+		return set
+	}
+	type shape struct {
+		name    string
+		k, n, e int
+		topk    int
+		chain   moe.Chain
+	}
+	checked := map[Path]int{}
+	for _, s := range []shape{{"kimi", 3584, 3072, 28, 16, moe.ChainMXFP8}, {"gpt-oss 2880", 2880, 2880, 32, 4, moe.ChainMXFP8},
+		{"k160", 160, 96, 8, 4, moe.ChainMXFP8}, {"kimi bf16", 3584, 3072, 28, 16, moe.ChainBF16}} {
+		l := &Layer{b: &Backend{k: &kernels{}, sms: 132, arch: archs[0]}, w: &moe.Weights{K: s.k, N: s.n, E: s.e},
+			spec: moe.LayerSpec{Activation: activation.Situ, Chain: s.chain, Recipe: mxfp.RecipeRCeil}, params: 1, b1: 2, b2: 3}
+		for p := range paths {
+			l.avail[p] = paths[p].available(l) == ""
+			for i, w := range paths[p].weights(l) {
+				*w = devptr(0x100 + 16*int(p) + i)
+			}
+		}
+		for _, tu := range []Tuning{{}, {FP4MaxM: -1}, {FP4MaxM: -1, NoWGMMA: true}, {FP4ActMaxM: -1}, {ActByTileMaxM: -1},
+			{RouteManyMaxM: -1}, {NoFP4Sync: true}, {FP4Tile: 256}, {FP4MaxM: -1, DecodeMaxM: -1, WGMMAMinM: 1}} {
+			l.tune = tu
+			for _, m := range []int{1, 8, 24, 25, 64, 89, 192, 512, 1025, 8192} {
+				ws := &workspace{m: m, topk: s.topk, plans: [2]Plan{l.plan(m, s.topk, false), l.plan(m, s.topk, true)}}
+				ours := map[*devptr]bool{}
+				for _, b := range l.buffers(ws) {
+					ours[b.p] = true
+				}
+				for _, wide := range []bool{false, true} {
+					for _, form := range []int{formQuantized, formFloat} {
+						ws.wide, ws.form = wide, form
+						set(ws, func(p *devptr) bool {
+							switch p {
+							case &ws.xbf, &ws.aqbf:
+								return l.avail[PathWGMMA] || l.avail[PathFP4]
+							case &ws.ready:
+								return l.avail[PathFP4]
+							case &ws.ug:
+								return ws.plans[0].ActKernel
+							}
+							return true
+						})
+						all := run(l, ws)
+						set(ws, func(p *devptr) bool { return ours[p] })
+						got := run(l, ws)
+						for i := range all {
+							for _, name := range all[i] {
+								if !slices.Contains(got[i], name) {
+									t.Errorf("%s %+v M=%d wide=%v: %s: launch %d reads %s, which the workspace lacks",
+										s.name, tu, m, wide, ws.plan(), i, name)
+								}
+							}
+						}
+						checked[ws.plan().Path]++
+					}
+				}
+			}
+		}
+	}
+	for p := range paths {
+		if checked[Path(p)] == 0 {
+			t.Errorf("no plan took %v", Path(p))
+		}
 	}
 }

@@ -55,6 +55,9 @@ func (wgmmaPath) available(l *Layer) string {
 
 func (wgmmaPath) weights(l *Layer) []*devptr { return l.wg.ptrs() }
 
+// buffers: x and the intermediate as BF16.
+func (wgmmaPath) buffers(l *Layer, ws *workspace, _ *Plan) []wsBuf { return l.bf16Buffers(ws) }
+
 // upload arranges and uploads the weights as BF16 wgmma operands.
 func (wgmmaPath) upload(l *Layer) error {
 	w := l.w

@@ -65,6 +65,9 @@ type path interface {
 	upload(l *Layer) error
 	// weights are the layer's device pointers to the path's weights.
 	weights(l *Layer) []*devptr
+	// buffers are the workspace buffers the path's steps read beyond
+	// those every path reads (Layer.buffers), for ws's plan p.
+	buffers(l *Layer, ws *workspace, p *Plan) []wsBuf
 	// steps are the launches of ws's plan p, in order, from the prologue
 	// to the finalize.
 	steps(l *Layer, ws *workspace, p *Plan) []step

@@ -5,6 +5,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"kimimoe/backend"
 	"kimimoe/backend/cuda/internal/cu"
@@ -108,28 +109,7 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 	ws := &workspace{m: m, topk: topk, lastUse: l.uses, plans: [2]Plan{l.plan(m, topk, false), l.plan(m, topk, true)}}
 	kp, np := layout.PadTo(w.K), layout.PadTo(w.N)
 	entries := m * topk
-	type buf struct {
-		p *devptr
-		n int
-	}
-	bufs := []buf{
-		{&ws.x, 4 * m * w.K}, {&ws.xq, m * w.K}, {&ws.xs, m * w.K / 32},
-		{&ws.ids, 4 * entries}, {&ws.wts, 4 * entries}, {&ws.pos, 4 * entries}, {&ws.perm, 4 * entries},
-		{&ws.counts, 4 * w.E}, {&ws.offset, 4 * (w.E + 1)}, {&ws.tileBase, 4 * (w.E + 1)},
-		{&ws.aq, (entries + 1) * np}, {&ws.aqs, entries * np / 32}, {&ws.y, 4 * entries * max(w.K, l.f4.k)}, {&ws.out, 4 * m * w.K},
-		// The decode path's buffers, each with one more row, all zeros.
-		{&ws.xqd, (m + 1) * kp}, {&ws.xsf, 4 * (m + 1) * kp / 32}, {&ws.touched, 4 * (w.E + 1)}, {&ws.aqsf, 4 * (entries + 1) * np / 32},
-	}
-	if l.avail[PathWGMMA] || l.avail[PathFP4] { // the BF16 paths' x and intermediate, at the padded shape where it is larger
-		bufs = append(bufs, buf{&ws.xbf, 2 * m * max(w.K, l.f4.k)}, buf{&ws.aqbf, 2 * entries * max(w.N, l.f4.n)})
-	}
-	if l.avail[PathFP4] { // at most one tile an entry, and one partial tile an expert
-		bufs = append(bufs, buf{&ws.ready, 4 * 2 * (entries + w.E)}) // two counts a tile at most (actByTile)
-	}
-	if ws.plans[0].ActKernel {
-		bufs = append(bufs, buf{&ws.ug, 8 * entries * max(w.N, l.f4.n)})
-	}
-	for _, a := range bufs {
+	for _, a := range l.buffers(ws) {
 		p, err := cu.MemAlloc(a.n)
 		if err != nil {
 			return nil, errors.Join(err, ws.free())
@@ -142,19 +122,19 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 	// (x: row m, intermediate: row entries) are zero codes with scale 0.
 	s := l.b.stream
 	err := cu.MemsetD32(ws.aq, 0, (entries+1)*np/4, s)
-	if err == nil {
+	if err == nil && ws.aqsf != 0 {
 		err = cu.MemsetD32(ws.aqsf, 0x3f800000, entries*np/32, s)
+		if err == nil {
+			err = cu.MemsetD32(ws.aqsf+uint64(4*entries*np/32), 0, np/32, s)
+		}
+		if err == nil {
+			err = cu.MemsetD32(ws.xqd+uint64(m*kp), 0, kp/4, s)
+		}
+		if err == nil {
+			err = cu.MemsetD32(ws.xsf+uint64(4*m*kp/32), 0, kp/32, s)
+		}
 	}
-	if err == nil {
-		err = cu.MemsetD32(ws.aqsf+uint64(4*entries*np/32), 0, np/32, s)
-	}
-	if err == nil {
-		err = cu.MemsetD32(ws.xqd+uint64(m*kp), 0, kp/4, s)
-	}
-	if err == nil {
-		err = cu.MemsetD32(ws.xsf+uint64(4*m*kp/32), 0, kp/32, s)
-	}
-	if err == nil && l.f4.k > w.K { // x's padding columns for the wgmma-fp4 GEMMs: zeros, never written
+	if err == nil && ws.xbf != 0 && l.f4.k > w.K { // x's padding columns for the wgmma-fp4 GEMMs: zeros, never written
 		err = cu.MemsetD32(ws.xbf, 0, m*l.f4.k/2, s)
 	}
 	if err != nil {
@@ -162,6 +142,43 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 	}
 	l.ws[m] = ws
 	return ws, nil
+}
+
+// wsBuf is one workspace buffer: where its pointer goes, and its bytes.
+type wsBuf struct {
+	p *devptr
+	n int
+}
+
+// buffers are the buffers of ws (its m, topk and plans set): those every
+// plan reads, then those of the paths its plans take (path.buffers), each
+// once.
+func (l *Layer) buffers(ws *workspace) []wsBuf {
+	w, m, entries := l.w, ws.m, ws.m*ws.topk
+	np := layout.PadTo(w.N)
+	bufs := []wsBuf{
+		{&ws.x, 4 * m * w.K}, {&ws.xq, m * w.K}, {&ws.xs, m * w.K / 32},
+		{&ws.ids, 4 * entries}, {&ws.wts, 4 * entries}, {&ws.pos, 4 * entries}, {&ws.perm, 4 * entries},
+		{&ws.counts, 4 * w.E}, {&ws.offset, 4 * (w.E + 1)}, {&ws.tileBase, 4 * (w.E + 1)},
+		// The intermediate with one more row, zeros (the decode path's).
+		{&ws.aq, (entries + 1) * np}, {&ws.aqs, entries * np / 32}, {&ws.y, 4 * entries * max(w.K, l.f4.k)}, {&ws.out, 4 * m * w.K},
+	}
+	for i := range ws.plans {
+		p := &ws.plans[i]
+		for _, b := range paths[p.Path].buffers(l, ws, p) {
+			if !slices.ContainsFunc(bufs, func(o wsBuf) bool { return o.p == b.p }) {
+				bufs = append(bufs, b)
+			}
+		}
+	}
+	return bufs
+}
+
+// bf16Buffers are the BF16 paths' x and intermediate, at the padded shape
+// where it is larger.
+func (l *Layer) bf16Buffers(ws *workspace) []wsBuf {
+	w, m, entries := l.w, ws.m, ws.m*ws.topk
+	return []wsBuf{{&ws.xbf, 2 * m * max(w.K, l.f4.k)}, {&ws.aqbf, 2 * entries * max(w.N, l.f4.n)}}
 }
 
 // upload copies in, which the caller has validated (checkDst, Upload or
