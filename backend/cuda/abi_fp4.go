@@ -13,7 +13,7 @@ const (
 	abiF4RowsGemm2 = 128             // output rows per GEMM2 CTA (two warpgroups of 64)
 )
 
-// GEMM1 in three warpgroups (kmoe_f4_gemm1_w3_t128, Plan.W3): the
+// GEMM1 in three warpgroups (kmoe_f4_gemm1_w3_t128, Plan.FP4.W3): the
 // 128-token tile's CTA of 384 threads, 96 intermediate features, so each
 // scheduler has three warps where the two-warpgroup CTA has two to hide
 // the widening's latencies, and each staged token step serves 192 weight
@@ -26,8 +26,8 @@ const (
 	f4W3Ahead    = 2
 )
 
-// f4W3Loop is the k loop of the three-warpgroup GEMMs (Plan.Ring and
-// Plan.W3Fit pick it): a CTA barrier a step, the stage ring, or the ring
+// f4W3Loop is the k loop of the three-warpgroup GEMMs (Plan.FP4.Ring and
+// Plan.FP4.W3Fit pick it): a CTA barrier a step, the stage ring, or the ring
 // at each tile's tokens; f4W3Suffix is what follows _w3 in the kernels'
 // names (kmoe_f4_gemm1_w3r_t128).
 type f4W3Loop int
@@ -49,12 +49,12 @@ func w3Specs[A any](prefix string) (s [len(f4W3Suffix)]kernelSpec) {
 }
 
 // f4W3FitStep is the token step of the three-warpgroup ring GEMMs' fitted
-// loops (kmoe_f4_*_w3rf_t128, Plan.W3Fit): a tile runs its wgmmas at its
+// loops (kmoe_f4_*_w3rf_t128, Plan.FP4.W3Fit): a tile runs its wgmmas at its
 // tokens rounded up to a multiple of it, eight loops of 16 to 128 in one
 // kernel rather than sixteen of 8.
 const f4W3FitStep = 16
 
-// GEMM2 in three warpgroups (kmoe_f4_gemm2_w3_t128, Plan.W3Gemm2): the
+// GEMM2 in three warpgroups (kmoe_f4_gemm2_w3_t128, Plan.FP4.W3Gemm2): the
 // same CTA over 192 output features, three row groups of 64, grid
 // ceil(K / 192); a last CTA with fewer row groups left repeats one on
 // its spare warpgroups (f4W3Spare bounds that waste), and so does

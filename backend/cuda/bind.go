@@ -124,10 +124,10 @@ type kernels struct {
 	f4sGemm1     map[int]kernel[f4Gemm1Args] // the small tiles' barrier-free loop, by token tile
 	f4sGemm2     map[int]kernel[f4Gemm2Args]
 	f4sGemm2Deep kernel[f4Gemm2Args]                  // its GEMM2 at 8 tokens for small grids (f4sDeep2)
-	actRequant   kernel[actRequantArgs]               // GEMM1's epilogue on its own (Plan.ActKernel)
-	actResident  int                                  // actRequant's CTAs an SM holds at once (Plan.ActCTAs)
-	f4W3Gemm1    [len(f4W3Suffix)]kernel[f4Gemm1Args] // GEMM1 in three warpgroups (Plan.W3), by k loop (f4W3Loop)
-	f4W3Gemm2    [len(f4W3Suffix)]kernel[f4Gemm2Args] // GEMM2 in three warpgroups (Plan.W3Gemm2), by k loop
+	actRequant   kernel[actRequantArgs]               // GEMM1's epilogue on its own (Plan.FP4.ActKernel)
+	actResident  int                                  // actRequant's CTAs an SM holds at once (Plan.FP4.ActCTAs)
+	f4W3Gemm1    [len(f4W3Suffix)]kernel[f4Gemm1Args] // GEMM1 in three warpgroups (Plan.FP4.W3), by k loop (f4W3Loop)
+	f4W3Gemm2    [len(f4W3Suffix)]kernel[f4Gemm2Args] // GEMM2 in three warpgroups (Plan.FP4.W3Gemm2), by k loop
 }
 
 func loadKernels(m cu.Module) (*kernels, error) {

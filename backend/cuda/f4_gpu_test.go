@@ -130,7 +130,7 @@ func TestF4SyncLoop(t *testing.T) {
 	}
 	for _, m := range []int{1, 3, 8, 24, 32, f4SyncMaxM} {
 		set(false, false)
-		if l.PathFor(m) != "wgmma-fp4" || l.PlanFor(m, s.TopK).Loop != LoopSync {
+		if l.PathFor(m) != "wgmma-fp4" || l.PlanFor(m, s.TopK).FP4.Loop != LoopSync {
 			t.Fatalf("M=%d: path %s, tile %d, not the mma.sync loop", m, l.PathFor(m), f4TileTokens(m, true))
 		}
 		in := kimiInput(t, s, w, m, uint64(9100+m))
@@ -169,8 +169,8 @@ func TestF4FitN(t *testing.T) {
 		var outs [2][]float32
 		for i, maxM := range []int{f4FitMaxMDefault, 0} {
 			setFit(maxM)
-			if tt := f4TileTokens(m, true); l.PathFor(m) != "wgmma-fp4" || (l.PlanFor(m, s.TopK).Loop == LoopFitted) != (maxM > 0) {
-				t.Fatalf("M=%d: path %s, tile %d, fitted %v", m, l.PathFor(m), tt, (l.PlanFor(m, s.TopK).Loop == LoopFitted))
+			if tt := f4TileTokens(m, true); l.PathFor(m) != "wgmma-fp4" || (l.PlanFor(m, s.TopK).FP4.Loop == LoopFitted) != (maxM > 0) {
+				t.Fatalf("M=%d: path %s, tile %d, fitted %v", m, l.PathFor(m), tt, (l.PlanFor(m, s.TopK).FP4.Loop == LoopFitted))
 			}
 			outs[i] = forwardOut(t, l, in, m)
 		}
@@ -255,7 +255,7 @@ func TestRouteXMany(t *testing.T) {
 }
 
 // TestF4ActKernel: GEMM1's activation and requantization as a kernel of
-// their own (kmoe_act_requant, Plan.ActKernel) give the bits of GEMM1's
+// their own (kmoe_act_requant, Plan.FP4.ActKernel) give the bits of GEMM1's
 // fused epilogue: on the Kimi layer (SiTU's compile-time instance, mxfp8
 // chain) at M on the mma.sync loop (1), the fitted loop (33, 128) and the
 // plain one (600); and on a layer with the flashinfer chain and
@@ -285,8 +285,8 @@ func TestF4ActKernel(t *testing.T) {
 		var outs [3][]float32
 		for i, mode := range []struct{ on, byTile bool }{{false, false}, {true, true}, {true, false}} {
 			set(l, mode.on, mode.byTile)
-			if l.PathFor(m) != "wgmma-fp4" || l.PlanFor(m, s.TopK).ActKernel != mode.on || l.PlanFor(m, s.TopK).ActByTile != (mode.byTile && m >= f4TileReadyMinM) {
-				t.Fatalf("M=%d: path %s, activation kernel %v, by tile %v", m, l.PathFor(m), l.PlanFor(m, s.TopK).ActKernel, l.PlanFor(m, s.TopK).ActByTile)
+			if l.PathFor(m) != "wgmma-fp4" || l.PlanFor(m, s.TopK).FP4.ActKernel != mode.on || l.PlanFor(m, s.TopK).FP4.ActByTile != (mode.byTile && m >= f4TileReadyMinM) {
+				t.Fatalf("M=%d: path %s, activation kernel %v, by tile %v", m, l.PathFor(m), l.PlanFor(m, s.TopK).FP4.ActKernel, l.PlanFor(m, s.TopK).FP4.ActByTile)
 			}
 			outs[i] = forwardOut(t, l, in, m)
 		}
@@ -345,8 +345,8 @@ func TestF4LargeTiles(t *testing.T) {
 	}
 	for _, c := range []struct{ m, tile, forced int }{{lo, 128, 0}, {f4W3T128MinM, 128, 0}, {4133, 256, 256}} {
 		m := c.m
-		if l.PathFor(m) != "wgmma-fp4" || (l.PlanFor(m, s.TopK).Loop == LoopFitted) {
-			t.Fatalf("M=%d: path %s, fitted %v", m, l.PathFor(m), (l.PlanFor(m, s.TopK).Loop == LoopFitted))
+		if l.PathFor(m) != "wgmma-fp4" || (l.PlanFor(m, s.TopK).FP4.Loop == LoopFitted) {
+			t.Fatalf("M=%d: path %s, fitted %v", m, l.PathFor(m), (l.PlanFor(m, s.TopK).FP4.Loop == LoopFitted))
 		}
 		in := kimiInput(t, s, w, m, uint64(9900+m))
 		var outs [2][]float32
@@ -420,9 +420,9 @@ func TestF4Padded(t *testing.T) {
 	}
 }
 
-// TestF4W3: GEMM1 and GEMM2 in three warpgroups (Plan.W3, 96 features
-// a GEMM1 CTA; Plan.W3Gemm2, 192 output features a GEMM2 CTA), each with
-// its stages on the CTA barrier or on mbarriers (Plan.Ring), give the
+// TestF4W3: GEMM1 and GEMM2 in three warpgroups (Plan.FP4.W3, 96 features
+// a GEMM1 CTA; Plan.FP4.W3Gemm2, 192 output features a GEMM2 CTA), each with
+// its stages on the CTA barrier or on mbarriers (Plan.FP4.Ring), give the
 // bits of the two-warpgroup grids, each switch on its own and together,
 // at the fewest tokens of the 128-token tile and at M=1500 (part-filled
 // last tiles): each warpgroup runs the same k loop on the same 64 weight
@@ -454,8 +454,8 @@ func TestF4W3(t *testing.T) {
 		for i, off := range ways {
 			set(off)
 			p := l.PlanFor(m, s.TopK)
-			ring := (p.W3 || p.W3Gemm2) && !off[2]
-			if p.W3 == off[0] || p.W3Gemm2 == off[1] || p.Ring != ring || p.Tile != 128 || !p.ActKernel {
+			ring := (p.FP4.W3 || p.FP4.W3Gemm2) && !off[2]
+			if p.FP4.W3 == off[0] || p.FP4.W3Gemm2 == off[1] || p.FP4.Ring != ring || p.Tile != 128 || !p.FP4.ActKernel {
 				t.Fatalf("M=%d, off %v: plan %s", m, off, p)
 			}
 			outs[i] = forwardOut(t, l, in, m)
@@ -515,7 +515,7 @@ func TestF4W3Spare(t *testing.T) {
 					u.FP4Tile, u.FP4ActMinM = f4W3Tile, 1
 				})
 				p := l.PlanFor(m, s.TopK)
-				if p.W3 != (i > 0) || p.W3Gemm2 != (i == 2) || p.Tile != f4W3Tile || !p.ActKernel {
+				if p.FP4.W3 != (i > 0) || p.FP4.W3Gemm2 != (i == 2) || p.Tile != f4W3Tile || !p.FP4.ActKernel {
 					t.Fatalf("%v M=%d, %+v: plan %s", chain, m, way, p)
 				}
 				outs[i] = forwardOut(t, l, in, m)
@@ -534,7 +534,7 @@ func TestF4W3Spare(t *testing.T) {
 }
 
 // TestF4W3Fit: the three-warpgroup ring GEMMs at each tile's tokens
-// rounded up to f4W3FitStep (Plan.W3Fit, the _w3rf_ kernels) give the
+// rounded up to f4W3FitStep (Plan.FP4.W3Fit, the _w3rf_ kernels) give the
 // bits of the same kernels at the tile's 128: a column past the tile's
 // tokens holds a zero row's products, which no token reads, so a tile
 // given too few columns (its last tokens' products never computed), a
@@ -553,7 +553,7 @@ func TestF4W3Fit(t *testing.T) {
 		for i, fit := range []int{-1, 0} {
 			setLayer(t, l, func(u *Tuning) { u.FP4Tile, u.FP4ActMinM, u.W3FitMaxM = f4W3Tile, 1, fit })
 			p := l.PlanFor(m, s.TopK)
-			if !p.W3 || !p.W3Gemm2 || !p.Ring || p.W3Fit != (fit == 0) {
+			if !p.FP4.W3 || !p.FP4.W3Gemm2 || !p.FP4.Ring || p.FP4.W3Fit != (fit == 0) {
 				t.Fatalf("M=%d, w3-fit-max-m=%d: plan %s", m, fit, p)
 			}
 			outs[i] = forwardOut(t, l, in, m)

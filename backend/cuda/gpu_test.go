@@ -98,7 +98,7 @@ func TestActResident(t *testing.T) {
 		t.Fatalf("the activation kernel: %d CTAs an SM resident", n)
 	}
 	_, l, s, _, _ := kimiF4Layer(t) // skips off sm_90a
-	if p := l.PlanFor(8192, s.TopK); p.ActCTAs != actCTAsSM || p.ActResident != b.k.actResident {
+	if p := l.PlanFor(8192, s.TopK); p.FP4.ActCTAs != actCTAsSM || p.FP4.ActResident != b.k.actResident {
 		t.Errorf("M=8192: %s", p)
 	}
 }

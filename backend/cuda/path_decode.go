@@ -42,7 +42,7 @@ func (l *Layer) decodeSteps(ws *workspace, p *Plan) []step {
 	maxExperts := min(w.E, entries)
 	form := ws.abiForm()
 	quantCTAs := min((m*kp/32+7)/8, 2*b.sms) // two CTAs an SM quantize x
-	ns := p.Subtiles                         // token subtiles a pass: an expert has at most m tokens
+	ns := p.Decode.Subtiles                  // token subtiles a pass: an expert has at most m tokens
 	return []step{
 		{"prologue", func() error {
 			return b.k.decPrologue.launchWith([3]int{1 + quantCTAs, 1, 1}, abiThreads, 4*(w.E+1), s,

@@ -15,9 +15,9 @@ func (fp4Path) steps(l *Layer, ws *workspace, p *Plan) []step {
 
 // f4Steps are the wgmma-fp4 GEMMs (internal/layout/fp4): GEMM1 (with the
 // activation in its epilogue, or as kmoe_act_requant after it), then
-// GEMM2, on p.Loop's instances of p.Tile tokens. With p.TileReady GEMM2's
+// GEMM2, on p.FP4.Loop's instances of p.Tile tokens. With p.FP4.TileReady GEMM2's
 // CTAs wait for their own tile's producers (tile_wait) rather than for
-// the whole grid ahead; with p.PDL each launch may start before the one
+// the whole grid ahead; with p.FP4.PDL each launch may start before the one
 // ahead of it ends and waits where it reads (pdl_wait).
 func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 	w, b, s := l.w, l.b, l.b.stream
@@ -25,19 +25,19 @@ func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 	ready, actDone, _ := ws.readyCounts(p)
 	kp, np := l.f4.k, l.f4.n         // the padded shape (f4Dims)
 	gemm1CTAs := np / abiF4RowsGemm1 // GEMM1's CTAs a tile: what a wait on its counts waits for
-	if p.W3 {
+	if p.FP4.W3 {
 		gemm1CTAs = (np + f4W3Features - 1) / f4W3Features // a last CTA's spare warpgroups store nothing
 	}
 	ready2, readyTarget2 := ready, gemm1CTAs // what GEMM2 waits for
-	if p.ActByTile {
+	if p.FP4.ActByTile {
 		ready2, readyTarget2 = actDone, tt // a CTA a row of the tile
 	}
 	kernels := func() (g1 kernel[f4Gemm1Args], g2 kernel[f4Gemm2Args], smem int) {
 		k := b.k
-		switch p.Loop {
+		switch p.FP4.Loop {
 		case LoopSync:
 			g1, g2, smem = k.f4sGemm1[tt], k.f4sGemm2[tt], f4sSmem(tt)
-			if p.Deep2 {
+			if p.FP4.Deep2 {
 				g2 = k.f4sGemm2Deep
 			}
 		case LoopFitted:
@@ -50,22 +50,22 @@ func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 	gemm1 = []step{{"gemm1_act", func() error {
 		g1, _, smem := kernels()
 		threads := abiThreads
-		if p.W3 {
-			g1, threads = b.k.f4W3Gemm1[p.w3Loop()], f4W3Threads
+		if p.FP4.W3 {
+			g1, threads = b.k.f4W3Gemm1[p.FP4.w3Loop()], f4W3Threads
 		}
-		return g1.launchMaybePDL(p.PDL, [3]int{gemm1CTAs, p.Tiles, 1}, threads, smem, s,
+		return g1.launchMaybePDL(p.FP4.PDL, [3]int{gemm1CTAs, p.Tiles, 1}, threads, smem, s,
 			&f4Gemm1Args{XBF: ws.xbf, W: l.f4.w31, WS: l.f4.w31s, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,
 				Params: l.params, B1: l.b1, AQBF: ws.aqbf, Ready: ready, UG: ws.ug, K: i32(kp), N: i32(np), TopK: i32(ws.topk), ELocal: i32(w.E), NB1: i32(w.N),
 				Kind: activationCode(l.spec.Activation), NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe})
 	}}}
-	if p.ActKernel {
+	if p.FP4.ActKernel {
 		gemm1 = append(gemm1, step{"act_requant", func() error {
 			warps := (entries*np/32 + 3) / 4 // the routed rows' blocks (an upper bound), four a warp at a time
-			grid := [3]int{min((warps+abiThreads/32-1)/(abiThreads/32), p.ActCTAs*b.sms), 1, 1}
-			if p.ActByTile {
+			grid := [3]int{min((warps+abiThreads/32-1)/(abiThreads/32), p.FP4.ActCTAs*b.sms), 1, 1}
+			if p.FP4.ActByTile {
 				grid = [3]int{tt, p.Tiles, 1} // a CTA a row of a tile
 			}
-			return b.k.actRequant.launchMaybePDL(p.PDL, grid, abiThreads, 0, s,
+			return b.k.actRequant.launchMaybePDL(p.FP4.PDL, grid, abiThreads, 0, s,
 				&actRequantArgs{UG: ws.ug, Offset: ws.offset, Params: l.params, B1: l.b1, AQBF: ws.aqbf, TileBase: ws.tileBase, Ready: ready,
 					Done: actDone, N: i32(np), NB1: i32(w.N), ELocal: i32(w.E), Kind: activationCode(l.spec.Activation),
 					NParams: i32(len(l.spec.Params)), Chain: chainCode(l.spec.Chain), Recipe: recipe, TT: i32(tt),
@@ -75,10 +75,10 @@ func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 	gemm2 = []step{{"gemm2", func() error {
 		_, g2, smem := kernels()
 		ctas, threads := kp/abiF4RowsGemm2, abiThreads
-		if p.W3Gemm2 {
-			g2, ctas, threads = b.k.f4W3Gemm2[p.w3Loop()], (kp+f4W3Gemm2Rows-1)/f4W3Gemm2Rows, f4W3Threads
+		if p.FP4.W3Gemm2 {
+			g2, ctas, threads = b.k.f4W3Gemm2[p.FP4.w3Loop()], (kp+f4W3Gemm2Rows-1)/f4W3Gemm2Rows, f4W3Threads
 		}
-		return g2.launchMaybePDL(p.PDL, [3]int{ctas, p.Tiles, 1}, threads, smem, s,
+		return g2.launchMaybePDL(p.FP4.PDL, [3]int{ctas, p.Tiles, 1}, threads, smem, s,
 			&f4Gemm2Args{AQBF: ws.aqbf, W: l.f4.w2, WS: l.f4.w2s, Offset: ws.offset, TileBase: ws.tileBase, Y: ws.y,
 				Ready: ready2, N: i32(np), K: i32(kp), ELocal: i32(w.E), ReadyTarget: i32(readyTarget2)})
 	}}}
@@ -106,7 +106,7 @@ func (fp4Path) weights(l *Layer) []*devptr { return l.f4.ptrs() }
 func (fp4Path) buffers(l *Layer, ws *workspace, p *Plan) []wsBuf {
 	entries := ws.m * ws.topk
 	bufs := append(l.bf16Buffers(ws), wsBuf{&ws.ready, 4 * 2 * (entries + l.w.E)})
-	if p.ActKernel {
+	if p.FP4.ActKernel {
 		bufs = append(bufs, wsBuf{&ws.ug, 8 * entries * max(l.w.N, l.f4.n)})
 	}
 	return bufs

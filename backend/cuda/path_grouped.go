@@ -13,9 +13,9 @@ package cuda
 // second half, counts its CTAs).
 func (ws *workspace) readyCounts(p *Plan) (ready, actDone devptr, n int) {
 	switch {
-	case p.ActByTile:
+	case p.FP4.ActByTile:
 		return ws.ready, ws.ready + devptr(4*p.Tiles), 2 * p.Tiles
-	case p.TileReady:
+	case p.FP4.TileReady:
 		return ws.ready, 0, p.Tiles
 	}
 	return 0, 0, 0

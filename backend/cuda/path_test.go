@@ -121,10 +121,10 @@ func TestPlanIsWhatRuns(t *testing.T) {
 				if p.Path != PathDecode && (p.Tile == 0 || p.Tiles < (m*s.topk+p.Tile-1)/p.Tile) {
 					t.Errorf("%s: tile %d, %d tile rows for %d entries", p, p.Tile, p.Tiles, m*s.topk)
 				}
-				if p.ActByTile && (!p.ActKernel || !p.TileReady) || p.Deep2 && p.Loop != LoopSync ||
-					p.W3 && (!p.ActKernel || p.Loop != LoopWGMMA || p.Tile != f4W3Tile) ||
-					p.W3Gemm2 && (p.Loop != LoopWGMMA || p.Tile != f4W3Tile) || p.Ring && !p.W3 && !p.W3Gemm2 ||
-					p.W3Fit && !p.Ring {
+				if p.FP4.ActByTile && (!p.FP4.ActKernel || !p.FP4.TileReady) || p.FP4.Deep2 && p.FP4.Loop != LoopSync ||
+					p.FP4.W3 && (!p.FP4.ActKernel || p.FP4.Loop != LoopWGMMA || p.Tile != f4W3Tile) ||
+					p.FP4.W3Gemm2 && (p.FP4.Loop != LoopWGMMA || p.Tile != f4W3Tile) || p.FP4.Ring && !p.FP4.W3 && !p.FP4.W3Gemm2 ||
+					p.FP4.W3Fit && !p.FP4.Ring {
 					t.Errorf("%s: inconsistent switches", p)
 				}
 			}
@@ -195,17 +195,17 @@ func TestF4SyncTiles(t *testing.T) {
 		}
 	}
 	for m := 1; m <= f4SyncMaxM; m++ {
-		if p := choosePlan(kimiShape(m, Tuning{})); p.Loop != LoopSync {
-			t.Errorf("M=%d (tile %d) is on the %v", m, p.Tile, p.Loop)
+		if p := choosePlan(kimiShape(m, Tuning{})); p.FP4.Loop != LoopSync {
+			t.Errorf("M=%d (tile %d) is on the %v", m, p.Tile, p.FP4.Loop)
 		}
 	}
 	for _, m := range []int{f4SyncMaxM + 1, 48, 64, 128, f4FitMaxMDefault, f4FitMaxMDefault + 1, 2048} {
 		p := choosePlan(kimiShape(m, Tuning{}))
-		if want := map[bool]Loop{true: LoopFitted, false: LoopWGMMA}[m <= f4FitMaxMDefault]; p.Loop != want {
-			t.Errorf("M=%d (tile %d): %v, want %v", m, p.Tile, p.Loop, want)
+		if want := map[bool]Loop{true: LoopFitted, false: LoopWGMMA}[m <= f4FitMaxMDefault]; p.FP4.Loop != want {
+			t.Errorf("M=%d (tile %d): %v, want %v", m, p.Tile, p.FP4.Loop, want)
 		}
 	}
-	if p := choosePlan(kimiShape(8, Tuning{NoFP4Sync: true})); p.Loop == LoopSync {
+	if p := choosePlan(kimiShape(8, Tuning{NoFP4Sync: true})); p.FP4.Loop == LoopSync {
 		t.Error("fp4-sync=off left tile 8 on the mma.sync loop")
 	}
 }
@@ -253,11 +253,11 @@ func TestF4ActKernelRange(t *testing.T) {
 		t.Errorf("the activation kernel starts at M=%d, the 48-token tiles at %d", f4ActMinMDefault, first)
 	}
 	for m, want := range map[int]bool{1: false, 32: false, 88: false, 89: true, 128: true, 2048: true, 8192: true, 8193: false} {
-		if got := choosePlan(kimiShape(m, Tuning{})).ActKernel; got != want {
+		if got := choosePlan(kimiShape(m, Tuning{})).FP4.ActKernel; got != want {
 			t.Errorf("M=%d: activation kernel %v, want %v", m, got, want)
 		}
 	}
-	if choosePlan(kimiShape(128, Tuning{FP4ActMinM: 1, FP4ActMaxM: -1})).ActKernel {
+	if choosePlan(kimiShape(128, Tuning{FP4ActMinM: 1, FP4ActMaxM: -1})).FP4.ActKernel {
 		t.Error("fp4-act-max-m=-1 left M=128 on the activation kernel")
 	}
 }
@@ -272,42 +272,42 @@ func TestF4ActKernelRange(t *testing.T) {
 func TestF4W3Range(t *testing.T) {
 	for m, want := range map[int]bool{f4T128Band[0] - 1: false, f4T128Band[0]: true, f4T128Band[1] - 1: true, 512: false,
 		f4W3T128MinM - 1: false, f4W3T128MinM: true, 2048: true, 8192: true, 8193: false} {
-		if p := choosePlan(kimiShape(m, Tuning{})); p.W3 != want || p.W3 && (p.Tile != 128 || !p.ActKernel) {
+		if p := choosePlan(kimiShape(m, Tuning{})); p.FP4.W3 != want || p.FP4.W3 && (p.Tile != 128 || !p.FP4.ActKernel) {
 			t.Errorf("M=%d: %s; want three warpgroups %v", m, p, want)
 		}
 	}
 	for _, tu := range []Tuning{{NoW3: true}, {FP4Tile: 256}, {FP4Tile: 64}, {FP4ActMaxM: -1}} {
-		if p := choosePlan(kimiShape(2048, tu)); p.W3 {
+		if p := choosePlan(kimiShape(2048, tu)); p.FP4.W3 {
 			t.Errorf("%+v: %s", tu, p)
 		}
 	}
 	// Forced (scripts/gpu-check.sh validates the matrix so), it reaches
 	// the small M whose activation kernel runs by tile.
-	if p := choosePlan(kimiShape(8, Tuning{FP4Tile: 128, FP4ActMinM: 1})); !p.W3 || !p.ActByTile {
+	if p := choosePlan(kimiShape(8, Tuning{FP4Tile: 128, FP4ActMinM: 1})); !p.FP4.W3 || !p.FP4.ActByTile {
 		t.Errorf("M=8, fp4-tile=128, fp4-act-min-m=1: %s", p)
 	}
 	// N = 2816, 22 x 128 (padded as it is): 88 row groups, two of 90 warpgroups spare.
-	if p := choosePlan(kimiShapeN(2048, 2816, Tuning{W3SpareMax: 2})); p.W3 || p.Tile != 128 {
+	if p := choosePlan(kimiShapeN(2048, 2816, Tuning{W3SpareMax: 2})); p.FP4.W3 || p.Tile != 128 {
 		t.Errorf("N=2816: %s", p)
 	}
-	if p := choosePlan(kimiShapeN(2048, 2816, Tuning{W3SpareMax: 3})); !p.W3 {
+	if p := choosePlan(kimiShapeN(2048, 2816, Tuning{W3SpareMax: 3})); !p.FP4.W3 {
 		t.Errorf("N=2816, w3-spare-max=3: %s", p)
 	}
-	if p := choosePlan(kimiShapeN(2048, 3072, Tuning{W3SpareMax: -1})); !p.W3 {
+	if p := choosePlan(kimiShapeN(2048, 3072, Tuning{W3SpareMax: -1})); !p.FP4.W3 {
 		t.Errorf("N=3072 (none spare), w3-spare-max=-1: %s", p)
 	}
 	oss := gptOSS120BShape(8192, Tuning{})
-	if p := choosePlan(oss); !p.W3 || p.Tile != 128 || !p.W3Gemm2 {
+	if p := choosePlan(oss); !p.FP4.W3 || p.Tile != 128 || !p.FP4.W3Gemm2 {
 		t.Errorf("GPT-OSS-120B M=8192: %s", p)
 	}
 	oss.tune.W3SpareMax = -1
-	if p := choosePlan(oss); p.W3 || p.Tile != 128 {
+	if p := choosePlan(oss); p.FP4.W3 || p.Tile != 128 {
 		t.Errorf("GPT-OSS-120B M=8192, w3-spare-max=-1: %s", p)
 	}
 	// And it takes the three-warpgroup band: M = 3000 gives its experts the
 	// tokens M = 328 gives Kimi's (f4EquivM).
 	oss.m, oss.tune = 3000, Tuning{}
-	if p := choosePlan(oss); p.Tile != 128 || !p.W3 || f4EquivM(oss) != 328 {
+	if p := choosePlan(oss); p.Tile != 128 || !p.FP4.W3 || f4EquivM(oss) != 328 {
 		t.Errorf("GPT-OSS-120B M=3000 (as M=%d): %s", f4EquivM(oss), p)
 	}
 	oss.tune.W3SpareMax = -1
@@ -335,32 +335,32 @@ func TestF4W3Gemm2Range(t *testing.T) {
 	}
 	for m, want := range map[int]bool{f4T128Band[0] - 1: false, f4T128Band[0]: true, 512: false, f4W3T128MinM - 1: false,
 		f4W3T128MinM: true, 8192: true, 8193: true} {
-		if p := choosePlan(kimiShape(m, Tuning{})); p.W3Gemm2 != want || p.W3Gemm2 && p.Tile != 128 {
+		if p := choosePlan(kimiShape(m, Tuning{})); p.FP4.W3Gemm2 != want || p.FP4.W3Gemm2 && p.Tile != 128 {
 			t.Errorf("M=%d: %s; want GEMM2 in three warpgroups %v", m, p, want)
 		}
 	}
 	for _, tu := range []Tuning{{NoW3Gemm2: true}, {FP4Tile: 256}, {FP4Tile: 64}} {
-		if p := choosePlan(kimiShape(2048, tu)); p.W3Gemm2 {
+		if p := choosePlan(kimiShape(2048, tu)); p.FP4.W3Gemm2 {
 			t.Errorf("%+v: %s", tu, p)
 		}
 	}
 	// Independent of GEMM1's: its switch off, or no activation kernel, leaves GEMM2's on.
 	for _, tu := range []Tuning{{NoW3: true}, {FP4ActMaxM: -1}} {
-		if p := choosePlan(kimiShape(2048, tu)); !p.W3Gemm2 || p.W3 {
+		if p := choosePlan(kimiShape(2048, tu)); !p.FP4.W3Gemm2 || p.FP4.W3 {
 			t.Errorf("%+v: %s", tu, p)
 		}
 	}
 	oss := gptOSS120BShape(8192, Tuning{})
-	if p := choosePlan(oss); !p.W3Gemm2 || p.Tile != 128 {
+	if p := choosePlan(oss); !p.FP4.W3Gemm2 || p.Tile != 128 {
 		t.Errorf("GPT-OSS-120B M=8192: %s", p)
 	}
 	oss.tune.W3SpareMax = 2
-	if p := choosePlan(oss); p.W3Gemm2 || !p.W3 || p.Tile != 128 {
+	if p := choosePlan(oss); p.FP4.W3Gemm2 || !p.FP4.W3 || p.Tile != 128 {
 		t.Errorf("GPT-OSS-120B M=8192, w3-spare-max=2: %s", p)
 	}
 }
 
-// TestF4Ring: the stage ring (Plan.Ring) goes with the three-warpgroup
+// TestF4Ring: the stage ring (Plan.FP4.Ring) goes with the three-warpgroup
 // GEMMs, either of them, since only their k loop has it (f4_tile_mma's
 // static_assert), and --tune w3-ring=off takes it away alone.
 func TestF4Ring(t *testing.T) {
@@ -371,11 +371,11 @@ func TestF4Ring(t *testing.T) {
 	}{{8192, Tuning{}, true}, {2048, Tuning{NoW3: true}, true}, {2048, Tuning{NoW3Gemm2: true}, true},
 		{2048, Tuning{NoW3: true, NoW3Gemm2: true}, false}, {224, Tuning{}, false}, {8192, Tuning{FP4Tile: 64}, false}} {
 		p := choosePlan(kimiShape(c.m, c.tu))
-		if p.Ring != c.want {
+		if p.FP4.Ring != c.want {
 			t.Errorf("M=%d %+v: %s; want the ring %v", c.m, c.tu, p, c.want)
 		}
 		c.tu.NoRing = true
-		if q := choosePlan(kimiShape(c.m, c.tu)); q.Ring || q.W3 != p.W3 || q.W3Gemm2 != p.W3Gemm2 {
+		if q := choosePlan(kimiShape(c.m, c.tu)); q.FP4.Ring || q.FP4.W3 != p.FP4.W3 || q.FP4.W3Gemm2 != p.FP4.W3Gemm2 {
 			t.Errorf("M=%d %+v: %s", c.m, c.tu, q)
 		}
 	}
@@ -384,7 +384,7 @@ func TestF4Ring(t *testing.T) {
 	}
 }
 
-// The fitted ring kernels (Plan.W3Fit) follow the ring up to
+// The fitted ring kernels (Plan.FP4.W3Fit) follow the ring up to
 // w3FitMaxMDefault tokens and w3-fit-max-m: never without the ring (they
 // are its kernels), never where the tuning says -1 or a bound below M.
 func TestF4W3FitPlan(t *testing.T) {
@@ -395,7 +395,7 @@ func TestF4W3FitPlan(t *testing.T) {
 	}{{8192, Tuning{}, 8192 <= w3FitMaxMDefault}, {2048, Tuning{}, 2048 <= w3FitMaxMDefault}, {512, Tuning{FP4Tile: 128}, true},
 		{2048, Tuning{NoRing: true}, false}, {2048, Tuning{W3FitMaxM: -1}, false}, {2048, Tuning{W3FitMaxM: 1024}, false},
 		{1024, Tuning{W3FitMaxM: 1024}, true}, {224, Tuning{}, false}, {8192, Tuning{FP4Tile: 64}, false}} {
-		if p := choosePlan(kimiShape(c.m, c.tu)); p.W3Fit != c.want {
+		if p := choosePlan(kimiShape(c.m, c.tu)); p.FP4.W3Fit != c.want {
 			t.Errorf("M=%d %+v: %s; want fitted %v", c.m, c.tu, p, c.want)
 		}
 	}
@@ -406,7 +406,7 @@ func TestF4W3FitPlan(t *testing.T) {
 	for tu, want := range map[Tuning][2]string{{}: {"kmoe_f4_gemm1_w3rf_t128", "kmoe_f4_gemm2_w3rf_t128"},
 		{W3FitMaxM: -1}: {"kmoe_f4_gemm1_w3r_t128", "kmoe_f4_gemm2_w3r_t128"},
 		{NoRing: true}:  {"kmoe_f4_gemm1_w3_t128", "kmoe_f4_gemm2_w3_t128"}} {
-		loop := choosePlan(kimiShape(2048, tu)).w3Loop()
+		loop := choosePlan(kimiShape(2048, tu)).FP4.w3Loop()
 		if got := [2]string{kF4W3Gemm1[loop].name, kF4W3Gemm2[loop].name}; got != want {
 			t.Errorf("%+v: %v, want %v", tu, got, want)
 		}
@@ -454,7 +454,7 @@ func TestPlanByTokensPerExpert(t *testing.T) {
 			deep2, act, actByTile, tileReady, pdlFlag bool
 		}
 		of := func(p Plan) kernels {
-			return kernels{p.Path, p.Tile, p.Loop, p.Deep2, p.ActKernel, p.ActByTile, p.TileReady, p.PDL}
+			return kernels{p.Path, p.Tile, p.FP4.Loop, p.FP4.Deep2, p.FP4.ActKernel, p.FP4.ActByTile, p.FP4.TileReady, p.FP4.PDL}
 		}
 		if of(got) != of(ep) {
 			t.Errorf("M=%d: one rank at the bench's tokens an expert plans\n%s\nthe bench plans\n%s", m, got, ep)
@@ -468,7 +468,7 @@ func TestPlanByTokensPerExpert(t *testing.T) {
 			t.Errorf("GPT-OSS-120B M=%d: tile %d, want %d (%s)", c.m, p.Tile, c.tile, p)
 		}
 	}
-	if p := oss(256); p.Loop != LoopSync || p.ActKernel {
+	if p := oss(256); p.FP4.Loop != LoopSync || p.FP4.ActKernel {
 		t.Errorf("GPT-OSS-120B M=256 (8 tokens an expert): want the 16-token mma.sync loop without the activation kernel, got %s", p)
 	}
 }
@@ -609,7 +609,7 @@ func TestPlansReadOnlyTheirBuffers(t *testing.T) {
 							case &ws.ready:
 								return l.avail[PathFP4]
 							case &ws.ug:
-								return ws.plans[0].ActKernel
+								return ws.plans[0].FP4.ActKernel
 							}
 							return true
 						})

@@ -16,12 +16,12 @@ func (wgmmaPath) steps(l *Layer, ws *workspace, p *Plan) []step {
 }
 
 // wgSteps are the wgmma GEMMs on BF16 weights (internal/layout/wgmma): GEMM1 with
-// the activation in its epilogue, then GEMM2, at p.WGRows weight rows a
+// the activation in its epilogue, then GEMM2, at p.WGMMA.Rows weight rows a
 // tile.
 func (l *Layer) wgSteps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 	w, b, s := l.w, l.b, l.b.stream
 	recipe := recipeCode(l.spec.Recipe)
-	bn1, bn2 := p.WGRows[0], p.WGRows[1]
+	bn1, bn2 := p.WGMMA.Rows[0], p.WGMMA.Rows[1]
 	gemm1 = []step{{"gemm1_act", func() error {
 		return b.k.wgGemm1[bn1].launchWith([3]int{w.N / (bn1 / 2), p.Tiles, 1}, abiThreads, wgSmem(bn1), s,
 			&wgGemm1Args{XBF: ws.xbf, W: l.wg.w31, Perm: ws.perm, Offset: ws.offset, TileBase: ws.tileBase,

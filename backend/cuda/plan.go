@@ -63,31 +63,47 @@ func (p Prologue) steps() []string {
 // range) by choosePlan from the shape, the device and the layer's Tuning,
 // and executed as it is (steps.go); nothing re-decides it.
 type Plan struct {
-	M, TopK     int
-	Path        Path
-	Wide        bool     // x has values BF16 does not hold: the mma.sync GEMMs where the shape picks a BF16 path
-	Tile        int      // tokens a tile (0 on decode)
-	Tiles       int      // the grouped GEMMs' grid rows: the most tiles any routing makes
-	Subtiles    int      // decode: 8-token subtiles a pass
-	WGRows      [2]int   // wgmma: GEMM1's and GEMM2's weight rows a tile
-	Loop        Loop     // wgmma-fp4: the k-loop
-	Deep2       bool     // wgmma-fp4: GEMM2's deep 8-token variant
-	PDL         bool     // wgmma-fp4: programmatic dependent launch
-	ActKernel   bool     // wgmma-fp4: the activation as a kernel of its own
-	ActByTile   bool     // ... by tile, beside GEMM1's last tiles
-	ActCTAs     int      // ... over the grid: its grid's CTAs an SM (at most)
-	ActResident int      // ... and how many an SM holds at once (0: not known)
-	W3          bool     // wgmma-fp4: GEMM1 in three warpgroups (kmoe_f4_gemm1_w3_t128), the activation kernel after it
-	W3Gemm2     bool     // wgmma-fp4: GEMM2 in three warpgroups (kmoe_f4_gemm2_w3_t128)
-	Ring        bool     // wgmma-fp4: the three-warpgroup GEMMs' stages on mbarriers, no CTA barrier a step (the _w3r_ kernels)
-	W3Fit       bool     // ... their wgmmas at the tile's tokens rounded up to f4W3FitStep (the _w3rf_ kernels)
-	TileReady   bool     // wgmma-fp4: GEMM2 waits for its tile's producers, not all of them
-	Prologue    Prologue // grouped paths
-	Steps       []string // the launches, in order (Profile's names)
+	M, TopK  int
+	Path     Path
+	Wide     bool     // x has values BF16 does not hold: the mma.sync GEMMs where the shape picks a BF16 path
+	Tile     int      // tokens a tile (0 on decode)
+	Tiles    int      // the grouped GEMMs' grid rows: the most tiles any routing makes
+	Prologue Prologue // grouped paths
+	Steps    []string // the launches, in order (Profile's names)
+	// One part a path, set where the plan takes that path.
+	Decode DecodePlan
+	WGMMA  WGMMAPlan
+	FP4    FP4Plan
+}
+
+// DecodePlan is the decode path's part of a Plan.
+type DecodePlan struct {
+	Subtiles int // 8-token subtiles a pass
+}
+
+// WGMMAPlan is the wgmma path's part of a Plan.
+type WGMMAPlan struct {
+	Rows [2]int // GEMM1's and GEMM2's weight rows a tile
+}
+
+// FP4Plan is the wgmma-fp4 path's part of a Plan.
+type FP4Plan struct {
+	Loop        Loop // the k-loop
+	Deep2       bool // GEMM2's deep 8-token variant
+	PDL         bool // programmatic dependent launch
+	ActKernel   bool // the activation as a kernel of its own
+	ActByTile   bool // ... by tile, beside GEMM1's last tiles
+	ActCTAs     int  // ... over the grid: its grid's CTAs an SM (at most)
+	ActResident int  // ... and how many an SM holds at once (0: not known)
+	W3          bool // GEMM1 in three warpgroups (kmoe_f4_gemm1_w3_t128), the activation kernel after it
+	W3Gemm2     bool // GEMM2 in three warpgroups (kmoe_f4_gemm2_w3_t128)
+	Ring        bool // the three-warpgroup GEMMs' stages on mbarriers, no CTA barrier a step (the _w3r_ kernels)
+	W3Fit       bool // ... their wgmmas at the tile's tokens rounded up to f4W3FitStep (the _w3rf_ kernels)
+	TileReady   bool // GEMM2 waits for its tile's producers, not all of them
 }
 
 // w3Loop is the k loop the plan's three-warpgroup GEMMs run.
-func (p Plan) w3Loop() f4W3Loop {
+func (p FP4Plan) w3Loop() f4W3Loop {
 	switch {
 	case p.W3Fit:
 		return f4W3RingFit
@@ -106,26 +122,26 @@ func (p Plan) String() string {
 	}
 	switch p.Path {
 	case PathDecode:
-		fmt.Fprintf(&b, ", %d subtile(s)", p.Subtiles)
+		fmt.Fprintf(&b, ", %d subtile(s)", p.Decode.Subtiles)
 	case PathWGMMA:
-		fmt.Fprintf(&b, ", tile %d, rows %d/%d", p.Tile, p.WGRows[0], p.WGRows[1])
+		fmt.Fprintf(&b, ", tile %d, rows %d/%d", p.Tile, p.WGMMA.Rows[0], p.WGMMA.Rows[1])
 	case PathGrouped:
 		fmt.Fprintf(&b, ", tile %d", p.Tile)
 	case PathFP4:
-		fmt.Fprintf(&b, ", tile %d, %s", p.Tile, p.Loop)
+		fmt.Fprintf(&b, ", tile %d, %s", p.Tile, p.FP4.Loop)
 		for _, f := range []struct {
 			on   bool
 			what string
-		}{{p.Deep2, "deep GEMM2"}, {p.PDL, "PDL"}, {p.TileReady, "tile-ready"}, {p.ActByTile, "activation by tile"}, {p.W3, "GEMM1 in three warpgroups"}, {p.W3Gemm2, "GEMM2 in three warpgroups"}, {p.Ring, "stage ring"}, {p.W3Fit, "fitted to the tile"}} {
+		}{{p.FP4.Deep2, "deep GEMM2"}, {p.FP4.PDL, "PDL"}, {p.FP4.TileReady, "tile-ready"}, {p.FP4.ActByTile, "activation by tile"}, {p.FP4.W3, "GEMM1 in three warpgroups"}, {p.FP4.W3Gemm2, "GEMM2 in three warpgroups"}, {p.FP4.Ring, "stage ring"}, {p.FP4.W3Fit, "fitted to the tile"}} {
 			if f.on {
 				b.WriteString(", " + f.what)
 			}
 		}
 	}
-	if p.ActCTAs > 0 {
-		fmt.Fprintf(&b, ", activation kernel %d CTAs an SM", p.ActCTAs)
-		if p.ActResident > 0 {
-			fmt.Fprintf(&b, " (%d resident)", p.ActResident)
+	if p.FP4.ActCTAs > 0 {
+		fmt.Fprintf(&b, ", activation kernel %d CTAs an SM", p.FP4.ActCTAs)
+		if p.FP4.ActResident > 0 {
+			fmt.Fprintf(&b, " (%d resident)", p.FP4.ActResident)
 		}
 	}
 	if p.Tiles > 0 {

@@ -74,7 +74,7 @@ func f4TileTokens(m int, w3 bool) int {
 const f4T128MinM = 896
 
 // With both GEMMs in three warpgroups on the ring, each tile's wgmmas at
-// its tokens (Plan.W3Fit), the 128-token tile and the 64-token one trade
+// its tokens (Plan.FP4.W3Fit), the 128-token tile and the 64-token one trade
 // places as the tokens an expert gets fill whole tiles of either: the
 // 128-token tile takes f4T128Band and from f4W3T128MinM up, the 64-token
 // one below the band and between, each bound the midpoint between the M
@@ -85,7 +85,7 @@ const f4W3T128MinM = 544
 
 // w3FitMaxMDefault is the most tokens whose three-warpgroup ring GEMMs
 // run each tile's wgmmas at its tokens rounded up to f4W3FitStep (the
-// kernels with one loop per N, Plan.W3Fit).
+// kernels with one loop per N, Plan.FP4.W3Fit).
 const w3FitMaxMDefault = math.MaxInt32
 
 // w3SparePctDefault is the most warpgroups in 100 that a three-warpgroup
@@ -128,7 +128,7 @@ const f4TileReadyMinM = 2
 // GEMM1 pays from the 48-token tiles up and costs more below. Its input,
 // GEMM1's float32 up and gate, takes 8 bytes an entry and feature (3.2 GB
 // at M=8192, top-16, Kimi shape): the upper bound keeps it bounded.
-// actCTAsSM bounds its grid, CTAs an SM (Plan.ActCTAs): 5, 10 and 15
+// actCTAsSM bounds its grid, CTAs an SM (Plan.FP4.ActCTAs): 5, 10 and 15
 // measured within noise of 8 at M = 1024 to 8192 (docs/PERF.md).
 const (
 	f4ActMinMDefault = 89
@@ -223,18 +223,18 @@ func choosePlan(s planShape) Plan {
 	}
 	switch p.Path {
 	case PathDecode:
-		p.Subtiles = 4
+		p.Decode.Subtiles = 4
 		if s.m <= 8 {
-			p.Subtiles = 1
+			p.Decode.Subtiles = 1
 		} else if s.m <= 16 {
-			p.Subtiles = 2
+			p.Decode.Subtiles = 2
 		}
 		p.Steps = []string{"prologue", "gemm1_act", "gemm2", "finalize"}
 		return p
 	case PathGrouped:
 		p.Tile = tileTokens(s.m)
 	case PathWGMMA:
-		p.Tile, p.WGRows = abiWGTokens, s.wgRows
+		p.Tile, p.WGMMA.Rows = abiWGTokens, s.wgRows
 	case PathFP4:
 		em := f4EquivM(s) // the tile-sized thresholds, by tokens an expert
 		spare := or(t.W3SpareMax, w3SparePctDefault)
@@ -242,31 +242,31 @@ func choosePlan(s planShape) Plan {
 		if t.FP4Tile != 0 {
 			p.Tile = t.FP4Tile
 		}
-		p.Loop = LoopWGMMA
+		p.FP4.Loop = LoopWGMMA
 		if em <= or(t.FP4FitMaxM, f4FitMaxMDefault) && slices.Contains(f4FitTiles, p.Tile) {
-			p.Loop = LoopFitted
+			p.FP4.Loop = LoopFitted
 		}
 		if !t.NoFP4Sync && slices.Contains(f4sTiles, p.Tile) && f4sAddressable(p.Tile, s.m*layout.PadTo(s.k), entries*layout.PadTo(s.n)) { // the padded rows (f4Dims)
-			p.Loop = LoopSync
-			p.Deep2 = p.Tile == 8 && s.m <= f4sDeepMaxM
+			p.FP4.Loop = LoopSync
+			p.FP4.Deep2 = p.Tile == 8 && s.m <= f4sDeepMaxM
 		}
-		p.PDL = !t.NoPDL
-		p.ActKernel = em >= or(t.FP4ActMinM, f4ActMinMDefault) && s.m <= or(t.FP4ActMaxM, f4ActMaxMDefault) // the upper bound is memory: M
-		p.TileReady = s.m >= f4TileReadyMinM && !t.NoTileReady
-		p.ActByTile = p.ActKernel && p.TileReady && em <= or(t.ActByTileMaxM, actByTileMaxMDefault)
-		if p.ActKernel && !p.ActByTile {
-			p.TileReady = false // GEMM2 waits for all of the activation kernel
-			p.ActCTAs, p.ActResident = or(t.ActCTAsSM, actCTAsSM), s.actResident
+		p.FP4.PDL = !t.NoPDL
+		p.FP4.ActKernel = em >= or(t.FP4ActMinM, f4ActMinMDefault) && s.m <= or(t.FP4ActMaxM, f4ActMaxMDefault) // the upper bound is memory: M
+		p.FP4.TileReady = s.m >= f4TileReadyMinM && !t.NoTileReady
+		p.FP4.ActByTile = p.FP4.ActKernel && p.FP4.TileReady && em <= or(t.ActByTileMaxM, actByTileMaxMDefault)
+		if p.FP4.ActKernel && !p.FP4.ActByTile {
+			p.FP4.TileReady = false // GEMM2 waits for all of the activation kernel
+			p.FP4.ActCTAs, p.FP4.ActResident = or(t.ActCTAsSM, actCTAsSM), s.actResident
 		}
 		// GEMM1 in three warpgroups: the 128-token tile's plain loop, its
 		// up and gate for the activation kernel, few of its warpgroups spare.
-		p.W3 = p.ActKernel && p.Loop == LoopWGMMA && p.Tile == f4W3Tile && f4W3Fits(s.n, spare) && !t.NoW3
+		p.FP4.W3 = p.FP4.ActKernel && p.FP4.Loop == LoopWGMMA && p.Tile == f4W3Tile && f4W3Fits(s.n, spare) && !t.NoW3
 		// GEMM2 so too where few of its warpgroups would idle.
-		p.W3Gemm2 = p.Loop == LoopWGMMA && p.Tile == f4W3Tile && f4W3Gemm2Fits(s.k, spare) && !t.NoW3Gemm2
+		p.FP4.W3Gemm2 = p.FP4.Loop == LoopWGMMA && p.Tile == f4W3Tile && f4W3Gemm2Fits(s.k, spare) && !t.NoW3Gemm2
 		// Their stages on mbarriers, so a warpgroup waits for its stage, not every other warpgroup.
-		p.Ring = (p.W3 || p.W3Gemm2) && !t.NoRing
+		p.FP4.Ring = (p.FP4.W3 || p.FP4.W3Gemm2) && !t.NoRing
 		// ... at the tile's tokens, so a part-filled tile pays the MMAs of its tokens only.
-		p.W3Fit = p.Ring && em <= or(t.W3FitMaxM, w3FitMaxMDefault)
+		p.FP4.W3Fit = p.FP4.Ring && em <= or(t.W3FitMaxM, w3FitMaxMDefault)
 	}
 	p.Tiles = maxTiles(entries, s.e, p.Tile)
 	bf16 := p.Path.bf16Operands()
@@ -281,7 +281,7 @@ func choosePlan(s planShape) Plan {
 		p.Prologue = PrologueQuantize
 	}
 	p.Steps = append(p.Prologue.steps(), "gemm1_act")
-	if p.ActKernel {
+	if p.FP4.ActKernel {
 		p.Steps = append(p.Steps, "act_requant")
 	}
 	p.Steps = append(p.Steps, "gemm2", "finalize")

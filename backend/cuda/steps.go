@@ -86,7 +86,7 @@ func (l *Layer) steps(ws *workspace) []step {
 // GEMMs and the finalize.
 func (l *Layer) tiledSteps(ws *workspace, p *Plan, gemm1, gemm2 []step) []step {
 	steps := append(l.prologueSteps(ws, p), gemm1...)
-	return append(append(steps, gemm2...), l.finalizeStep(ws, p.Path == PathFP4 && p.PDL))
+	return append(append(steps, gemm2...), l.finalizeStep(ws, p.Path == PathFP4 && p.FP4.PDL))
 }
 
 // finalizeStep sums each token's slots into the output (pdl: launched

@@ -34,7 +34,7 @@ type Tuning struct {
 	NoW3          bool // GEMM1 in two warpgroups where the policy picks three
 	NoW3Gemm2     bool // GEMM2 so
 	NoRing        bool // the three-warpgroup GEMMs meet at a CTA barrier each k step, not on their stages' mbarriers
-	W3FitMaxM     int  // most tokens whose ring GEMMs run at the tile's tokens (Plan.W3Fit); 0: policy; -1: never
+	W3FitMaxM     int  // most tokens whose ring GEMMs run at the tile's tokens (Plan.FP4.W3Fit); 0: policy; -1: never
 	W3SpareMax    int  // most warpgroups in 100 a three-warpgroup GEMM's grid leaves spare; 0: policy (w3SparePctDefault); -1: none
 	Flush         Flush
 }
