@@ -14,7 +14,7 @@ import (
 // layer, memory and copies, the three small kernels of a dispatch, the
 // collectives and its stream. The group never calls the driver or NCCL
 // itself, so that its token movement can be tested against devices kept
-// in host memory (group_fake_test.go). Every call but close is made with
+// in host memory (group_fakedev_test.go). Every call but close is made with
 // locked's lock held; the stream's work is ordered, and sync waits for it.
 type groupDevice interface {
 	prepare(w *moe.Weights, spec moe.LayerSpec) (rankLayer, error)
