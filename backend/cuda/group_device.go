@@ -130,32 +130,10 @@ func (d *nvDevice) destroy() error {
 }
 
 func (d *nvDevice) timed(flush Flush, f, wait func() error) (float64, error) {
-	e0, err := cu.EventCreate()
-	if err != nil {
-		return 0, err
-	}
-	defer cu.EventDestroy(e0)
-	e1, err := cu.EventCreate()
-	if err != nil {
-		return 0, err
-	}
-	defer cu.EventDestroy(e1)
 	if err := d.b.flushL2(flush); err != nil {
 		return 0, err
 	}
-	if err := cu.EventRecord(e0, d.b.stream); err != nil {
-		return 0, err
-	}
-	if err := f(); err != nil {
-		return 0, err
-	}
-	if err := cu.EventRecord(e1, d.b.stream); err != nil {
-		return 0, err
-	}
-	if err := wait(); err != nil {
-		return 0, err
-	}
-	return cu.EventElapsed(e0, e1)
+	return timeOn(d.b.stream, f, wait)
 }
 
 func (d *nvDevice) copyBandwidth(n, iters int) (float64, error) { return d.b.CopyBandwidth(n, iters) }

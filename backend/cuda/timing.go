@@ -30,7 +30,7 @@ func (b *Backend) CopyBandwidth(n int, iters int) (bw float64, err error) {
 		}
 		var ms []float64
 		for k := 0; k < iters+2; k++ {
-			t, err := timeOn(b.stream, func() error { return cu.MemcpyDtoD(dst, src, n, b.stream) })
+			t, err := timeOn(b.stream, func() error { return cu.MemcpyDtoD(dst, src, n, b.stream) }, nil)
 			if err != nil {
 				return err
 			}
@@ -101,7 +101,7 @@ func (l *Layer) TimeForward(m int, graph bool) (ms float64, err error) {
 		if err := l.b.flushL2(l.tune.Flush); err != nil {
 			return err
 		}
-		ms, err = timeOn(l.b.stream, run)
+		ms, err = timeOn(l.b.stream, run, nil)
 		return err
 	})
 	return ms, err
@@ -163,8 +163,9 @@ func (b *Backend) flushL2(mode Flush) error {
 }
 
 // timeOn runs f between two events on s and returns the elapsed device
-// milliseconds.
-func timeOn(s cu.Stream, f func() error) (float64, error) {
+// milliseconds, once wait has returned (nil: once the second event has
+// happened).
+func timeOn(s cu.Stream, f, wait func() error) (float64, error) {
 	e0, err := cu.EventCreate()
 	if err != nil {
 		return 0, err
@@ -184,7 +185,10 @@ func timeOn(s cu.Stream, f func() error) (float64, error) {
 	if err := cu.EventRecord(e1, s); err != nil {
 		return 0, err
 	}
-	if err := cu.EventSync(e1); err != nil {
+	if wait == nil {
+		wait = func() error { return cu.EventSync(e1) }
+	}
+	if err := wait(); err != nil {
 		return 0, err
 	}
 	ms, err := cu.EventElapsed(e0, e1)
