@@ -140,26 +140,7 @@ func firstDiff(a, b []float32) int {
 // the rank.
 func TestFakeGroupFailures(t *testing.T) {
 	g, _ := newFakeGroup(2, ModeReplicated, 300*time.Millisecond)
-	start := time.Now()
-	err := g.each(func(mb *member) error {
-		if mb.rank == 1 {
-			return errors.New("device 1 failed first")
-		}
-		buf, err := mb.dev.alloc(4096)
-		if err != nil {
-			return err
-		}
-		if err := mb.dev.allReduceSum(buf, 1024); err != nil {
-			return err
-		}
-		return g.wait(mb)
-	})
-	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "aborted") || time.Since(start) > 10*time.Second {
-		t.Errorf("collective without its peer: %v after %v", err, time.Since(start))
-	}
-	if err := g.each(func(*member) error { return nil }); !errors.Is(err, ErrTimeout) {
-		t.Errorf("a call after the abort: %v", err)
-	}
+	checkCollectiveWithoutPeer(t, g, 10*time.Second)
 	if err := g.Close(); err != nil {
 		t.Errorf("closing an aborted group: %v", err)
 	}
@@ -183,5 +164,33 @@ func TestFakeGroupFailures(t *testing.T) {
 	}
 	if err := g.Close(); err != nil {
 		t.Errorf("close: %v", err)
+	}
+}
+
+// checkCollectiveWithoutPeer checks g's watchdog: a collective that rank 1
+// never joins (it fails before it) leaves rank 0 blocked until the group
+// aborts its communicators, within limit, and the group then refuses
+// work.
+func checkCollectiveWithoutPeer(t *testing.T, g *Group, limit time.Duration) {
+	t.Helper()
+	start := time.Now()
+	err := g.each(func(mb *member) error {
+		if mb.rank == 1 {
+			return errors.New("device 1 failed first")
+		}
+		buf, err := mb.dev.alloc(4096)
+		if err != nil {
+			return err
+		}
+		if err := mb.dev.allReduceSum(buf, 1024); err != nil {
+			return err
+		}
+		return g.wait(mb)
+	})
+	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "aborted") || !strings.Contains(err.Error(), "device 1 failed first") || time.Since(start) > limit {
+		t.Errorf("collective without its peer: %v after %v", err, time.Since(start))
+	}
+	if err := g.each(func(*member) error { return nil }); !errors.Is(err, ErrTimeout) {
+		t.Errorf("a call after the abort: %v", err)
 	}
 }
