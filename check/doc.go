@@ -16,7 +16,9 @@
 //
 // A failing report also lists Observations, facts that need no
 // hypothesis: zero rows, rows moved from elsewhere in the output, errors
-// only in non-finite values, in some experts or in some column blocks.
+// only in non-finite values, in some experts or in some column blocks, or
+// a small error even over every row and block (lower-precision
+// arithmetic, not a wrong index).
 //
 // Diagnose re-runs the oracle with each known mistake applied (Hypotheses
 // lists them, with the bug reports each stands for) on at most MaxRows

@@ -12,7 +12,8 @@ import (
 // Observations are facts about a failing candidate that need no
 // hypothesis: rows left zero, rows that are other rows of the oracle's
 // output, failures confined to non-finite values, to some experts or to
-// some column blocks. Each names the rows, experts or blocks.
+// some column blocks, or an error small and even over all of them. Each
+// names the rows, experts or blocks.
 
 // obsBlock is the column block the error map uses: the width of the
 // narrowest tile a kernel writes (sonic-moe #63 and aiter #4398 corrupted
@@ -47,6 +48,11 @@ func (r *Report) observe(c *validation.Case, ref []float64, m, k int) {
 	}
 	if o := blockMap(r.got, ref, m, k, r.MaxNRMSE); o != "" {
 		obs = append(obs, o)
+	}
+	if r.NonFinite == 0 {
+		if o := evenError(r.got, ref, m, k, float64(r.Cosine), float64(r.NRMSE)); o != "" {
+			obs = append(obs, o)
+		}
 	}
 	r.Observations = obs
 }
@@ -211,4 +217,47 @@ func blockMap(got, ref []float64, m, k int, maxNRMSE float64) string {
 		cols = append(cols, fmt.Sprintf("and %d more", len(bad)-10))
 	}
 	return fmt.Sprintf("the error is confined to %d of %d column blocks of %d%s: %s", len(bad), nb, obsBlock, what, strings.Join(cols, " "))
+}
+
+// evenSpread is how far from the whole's NRMSE, either way, a row's or a
+// block's may be for evenError: sampling alone moves a 16-value block's
+// NRMSE by about a third.
+const evenSpread = 4
+
+// evenError says so when the error is small (cosine at least 0.9999) and
+// even: every row's NRMSE (rows the oracle leaves nonzero; a zero one
+// must be zero) and every column block's within a factor evenSpread of
+// the whole's. A wrong index, layout or scale moves some rows, experts
+// or blocks and not others, or far more than that; sums kept in a lower
+// precision, or an intermediate rounded where the chain does not round,
+// spread a small error over all of them.
+func evenError(got, ref []float64, m, k int, cosine, nrmse float64) string {
+	if !(cosine >= 0.9999) || !(nrmse > 0) || m*max(1, k/obsBlock) < 4 {
+		return ""
+	}
+	lo, hi := math.Inf(1), 0.0
+	note := func(e float64) { lo, hi = min(lo, e), max(hi, e) }
+	for t := range m {
+		g, f := got[t*k:(t+1)*k], ref[t*k:(t+1)*k]
+		if slices.ContainsFunc(f, func(v float64) bool { return v != 0 }) {
+			note(validation.Compare(g, f).NRMSE)
+		} else if slices.ContainsFunc(g, func(v float64) bool { return v != 0 }) {
+			return ""
+		}
+	}
+	for b := range k / obsBlock {
+		var g, f []float64
+		for t := range m {
+			g = append(g, got[t*k+b*obsBlock:t*k+(b+1)*obsBlock]...)
+			f = append(f, ref[t*k+b*obsBlock:t*k+(b+1)*obsBlock]...)
+		}
+		note(validation.Compare(g, f).NRMSE)
+	}
+	if !(hi <= evenSpread*nrmse && lo >= nrmse/evenSpread) {
+		return ""
+	}
+	return fmt.Sprintf("the error is small and even: cosine %.7f, every row's and every %d-column block's NRMSE between %.2g and %.2g (the whole's %.3g): "+
+		"the mark of arithmetic less precise than the chain's (sums in a lower precision, such as FP8 tensor-core accumulation, "+
+		"or an intermediate rounded where the chain does not round) rather than of a wrong index, layout or scale",
+		cosine, obsBlock, lo, hi, nrmse)
 }

@@ -76,6 +76,32 @@ func TestObservations(t *testing.T) {
 	if o := strings.Join(r.Observations, "\n"); !strings.Contains(o, "the error follows the expert") || !strings.Contains(o, "2") {
 		t.Fatalf("observations %q do not name expert 2", r.Observations)
 	}
+	// Relative noise of NRMSE 2e-3 on every value is small and even; on
+	// half the rows it is not even, and ten times larger it is not small.
+	noisy := func(eps float64, rows int) []string {
+		cand := candidate(t, c)
+		rng := rand.New(rand.NewPCG(3, 4))
+		for i := range cand[:rows*k] {
+			cand[i] *= float32(1 + eps*rng.NormFloat64())
+		}
+		r, err := Compare(c, cand, safetensors.F32, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Pass {
+			t.Fatalf("noise %g on %d rows passes", eps, rows)
+		}
+		return r.Observations
+	}
+	if o := strings.Join(noisy(2e-3, m), "\n"); !strings.Contains(o, "small and even") {
+		t.Errorf("even noise: observations %q", o)
+	}
+	if o := strings.Join(noisy(4e-3, m/2), "\n"); strings.Contains(o, "small and even") {
+		t.Errorf("noise on half the rows: observations %q", o)
+	}
+	if o := strings.Join(noisy(2e-2, m), "\n"); strings.Contains(o, "small and even") {
+		t.Errorf("large noise: observations %q", o)
+	}
 	// A passing candidate has none.
 	if r, _ := Compare(c, candidate(t, c), safetensors.F32, Options{}); len(r.Observations) != 0 {
 		t.Fatalf("a passing candidate has observations %q", r.Observations)

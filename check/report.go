@@ -175,7 +175,7 @@ type Report struct {
 
 	// Observations are what the failure shows without a hypothesis
 	// (observe.go): zero rows, moved rows, errors only in non-finite
-	// values, in some experts or in some column blocks.
+	// values, in some experts or in some column blocks, or small and even.
 	Observations []string `json:"observations,omitempty"`
 
 	Diagnosis     []Hypothesis `json:"diagnosis,omitempty"`
