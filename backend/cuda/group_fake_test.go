@@ -32,11 +32,12 @@ func TestFakeGroupConformance(t *testing.T) {
 
 // The group's output is, bit for bit, each device's partial output (the
 // Go backend on its share, moe.SplitDevices) summed in device order, in
-// both modes and at 2, 3, 4 and 8 devices: with M below the device count
-// (empty home shards) and not a multiple of it, masked slots and slots of
-// another EP rank, x as float32 and pre-quantized, all rows and a subset.
-// The sum is also the whole layer's oracle output within the two-GPU
-// test's bounds (TestGroupMatchesOneDevice).
+// both modes and at 2, 3, 4, 8 and 24 devices (24: one expert each): with
+// M below the device count (empty home shards) and not a multiple of it,
+// masked slots and slots of another EP rank, x as float32 and
+// pre-quantized, all rows and a subset. The sum is also the whole layer's
+// oracle output within the two-GPU test's bounds
+// (TestGroupMatchesOneDevice).
 func TestFakeGroupIsDeviceSum(t *testing.T) {
 	gb, err := backend.Open(backend.GoName)
 	if err != nil {
@@ -48,7 +49,7 @@ func TestFakeGroupIsDeviceSum(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range []int{2, 3, 4, 8} {
+	for _, d := range []int{2, 3, 4, 8, 24} {
 		ws, specs, err := moe.SplitDevices(w, base.LayerSpec(), d)
 		if err != nil {
 			t.Fatal(err)
