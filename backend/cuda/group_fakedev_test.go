@@ -263,7 +263,9 @@ func (d *fakeDevice) quantizeX(a *quantizeXArgs) error {
 	if a.Recipe == abiRecipeFloor {
 		r = mxfp.RecipeFloor
 	}
-	mxfp.QuantizeMXFP8(codes, scales, f32s(x), r)
+	xf := make([]float32, n)
+	copy(f32bytes(xf), x)
+	mxfp.QuantizeMXFP8(codes, scales, xf, r)
 	return nil
 }
 
@@ -562,13 +564,4 @@ func (l *fakeLayer) Close() error {
 	}
 	l.ws = nil
 	return errors.Join(append(errs, l.l.Close())...)
-}
-
-// f32s views b as float32 values.
-func f32s(b []byte) []float32 {
-	v := make([]float32, len(b)/4)
-	for i := range v {
-		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return v
 }
