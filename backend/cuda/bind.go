@@ -13,10 +13,18 @@ import (
 // kernel is an entry point bound to its ABI argument type.
 type kernel[A any] struct{ fn cu.Function }
 
-// dryRun, where a test sets it, takes each launch's arguments (and each
-// memset32's) in place of the device, so that a plan's launches can be
-// checked without a GPU.
-var dryRun func(args any) error
+// dryRun, where a test sets it, takes each launch (and each memset32) in
+// place of the device, so that a plan's launches can be checked without a
+// GPU.
+var dryRun func(l dryLaunch) error
+
+// dryLaunch is one launch as dryRun sees it: its configuration and its
+// argument struct (*memset32Args for a memset32, with no grid).
+type dryLaunch struct {
+	grid        [3]int
+	block, smem int
+	args        any
+}
 
 func (k kernel[A]) launch(grid [3]int, s cu.Stream, args *A) error {
 	return k.launchWith(grid, abiThreads, 0, s, args)
@@ -24,7 +32,7 @@ func (k kernel[A]) launch(grid [3]int, s cu.Stream, args *A) error {
 
 func (k kernel[A]) launchWith(grid [3]int, block, smem int, s cu.Stream, args *A) error {
 	if dryRun != nil {
-		return dryRun(args)
+		return dryRun(dryLaunch{grid, block, smem, args})
 	}
 	return cu.Launch(k.fn, grid, block, smem, s, args)
 }
@@ -34,7 +42,7 @@ func (k kernel[A]) launchWith(grid [3]int, block, smem int, s cu.Stream, args *A
 // ahead of them in the stream writes.
 func (k kernel[A]) launchPDL(grid [3]int, block, smem int, s cu.Stream, args *A) error {
 	if dryRun != nil {
-		return dryRun(args)
+		return dryRun(dryLaunch{grid, block, smem, args})
 	}
 	return cu.LaunchPDL(k.fn, grid, block, smem, s, args)
 }
@@ -48,7 +56,7 @@ type memset32Args struct {
 // memset32 sets n 32-bit words at dst to v on the stream.
 func (b *Backend) memset32(dst devptr, v uint32, n int) error {
 	if dryRun != nil {
-		return dryRun(&memset32Args{dst, n})
+		return dryRun(dryLaunch{args: &memset32Args{dst, n}})
 	}
 	return cu.MemsetD32(dst, v, n, b.stream)
 }

@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"fmt"
 	"math"
 	"reflect"
 	"regexp"
@@ -523,8 +524,9 @@ func TestPathsUsed(t *testing.T) {
 	}
 }
 
-// Every plan's launches read only buffers its workspace has, for every
-// path, tile and switch: each plan's steps run dry (no device) twice, once
+// Every plan's launches read only buffers its workspace has, and have a
+// configuration an sm_90 device takes (grid, block, shared memory), for
+// every path, tile and switch: each plan's steps run dry (no device) twice, once
 // with the buffers a workspace had when every path's were made at once
 // (the rule before each path named its own, written out below) and
 // once with those Layer.buffers names for its plans; every pointer
@@ -534,8 +536,16 @@ func TestPathsUsed(t *testing.T) {
 func TestPlansReadOnlyTheirBuffers(t *testing.T) {
 	defer func() { dryRun = nil }()
 	var launches []any
-	dryRun = func(args any) error {
-		launches = append(launches, args)
+	var bad []string // launches no device would take
+	dryRun = func(l dryLaunch) error {
+		launches = append(launches, l.args)
+		if _, memset := l.args.(*memset32Args); !memset {
+			g := l.grid
+			if g[0] < 1 || g[0] > math.MaxInt32 || g[1] < 1 || g[1] > 65535 || g[2] < 1 || g[2] > 65535 ||
+				l.block < 1 || l.block > 1024 || l.smem < 0 || l.smem > smemCTA {
+				bad = append(bad, fmt.Sprintf("%T: grid %v, block %d, %d bytes of shared memory", l.args, g, l.block, l.smem))
+			}
+		}
 		return nil
 	}
 	ptrType := reflect.TypeFor[devptr]()
@@ -624,6 +634,10 @@ func TestPlansReadOnlyTheirBuffers(t *testing.T) {
 								}
 							}
 						}
+						for _, b := range bad {
+							t.Errorf("%s %+v M=%d: %s: launches %s", s.name, tu, m, ws.plan(), b)
+						}
+						bad = nil
 						checked[ws.plan().Path]++
 					}
 				}
