@@ -533,7 +533,7 @@ func TestPathsUsed(t *testing.T) {
 // argument set in the first run is set in the second. A path whose
 // buffers leave out one its steps read fails here rather than faulting on
 // a GPU.
-func TestPlansReadOnlyTheirBuffers(t *testing.T) {
+func TestPlanLaunchesDry(t *testing.T) {
 	defer func() { dryRun = nil }()
 	var launches []any
 	var bad []string // launches no device would take
