@@ -23,6 +23,7 @@ var dryRun func(l dryLaunch) error
 type dryLaunch struct {
 	grid        [3]int
 	block, smem int
+	pdl         bool
 	args        any
 }
 
@@ -32,7 +33,7 @@ func (k kernel[A]) launch(grid [3]int, s cu.Stream, args *A) error {
 
 func (k kernel[A]) launchWith(grid [3]int, block, smem int, s cu.Stream, args *A) error {
 	if dryRun != nil {
-		return dryRun(dryLaunch{grid, block, smem, args})
+		return dryRun(dryLaunch{grid, block, smem, false, args})
 	}
 	return cu.Launch(k.fn, grid, block, smem, s, args)
 }
@@ -42,21 +43,22 @@ func (k kernel[A]) launchWith(grid [3]int, block, smem int, s cu.Stream, args *A
 // ahead of them in the stream writes.
 func (k kernel[A]) launchPDL(grid [3]int, block, smem int, s cu.Stream, args *A) error {
 	if dryRun != nil {
-		return dryRun(dryLaunch{grid, block, smem, args})
+		return dryRun(dryLaunch{grid, block, smem, true, args})
 	}
 	return cu.LaunchPDL(k.fn, grid, block, smem, s, args)
 }
 
 // memset32Args are a memset32's, as dryRun sees them.
 type memset32Args struct {
-	Dst devptr
-	N   int
+	Dst   devptr
+	Value uint32
+	N     int
 }
 
 // memset32 sets n 32-bit words at dst to v on the stream.
 func (b *Backend) memset32(dst devptr, v uint32, n int) error {
 	if dryRun != nil {
-		return dryRun(dryLaunch{args: &memset32Args{dst, n}})
+		return dryRun(dryLaunch{args: &memset32Args{dst, v, n}})
 	}
 	return cu.MemsetD32(dst, v, n, b.stream)
 }
