@@ -525,8 +525,8 @@ func TestPathsUsed(t *testing.T) {
 }
 
 // Every plan's launches read only buffers its workspace has, and have a
-// configuration an sm_90 device takes (grid, block, shared memory), for
-// every path, tile and switch: each plan's steps run dry (no device) twice, once
+// configuration an sm_90 device takes (grid, block, shared memory; PDL
+// only where the plan has it), for every path, tile and switch: each plan's steps run dry (no device) twice, once
 // with the buffers a workspace had when every path's were made at once
 // (the rule before each path named its own, written out below) and
 // once with those Layer.buffers names for its plans; every pointer
@@ -536,9 +536,13 @@ func TestPathsUsed(t *testing.T) {
 func TestPlanLaunchesDry(t *testing.T) {
 	defer func() { dryRun = nil }()
 	var launches []any
-	var bad []string // launches no device would take
+	var bad []string // launches no device would take, or the plan does not say
+	planPDL := false
 	dryRun = func(l dryLaunch) error {
 		launches = append(launches, l.args)
+		if l.pdl && !planPDL {
+			bad = append(bad, fmt.Sprintf("%T with programmatic dependent launch, which the plan does not have", l.args))
+		}
 		if _, memset := l.args.(*memset32Args); !memset {
 			g := l.grid
 			if g[0] < 1 || g[0] > math.MaxInt32 || g[1] < 1 || g[1] > 65535 || g[2] < 1 || g[2] > 65535 ||
@@ -564,7 +568,7 @@ func TestPlanLaunchesDry(t *testing.T) {
 		}
 	}
 	run := func(l *Layer, ws *workspace) [][]string {
-		launches = nil
+		launches, planPDL = nil, ws.plan().FP4.PDL
 		for _, st := range l.steps(ws) {
 			if err := st.run(); err != nil {
 				t.Fatal(err)
@@ -601,7 +605,7 @@ func TestPlanLaunchesDry(t *testing.T) {
 			}
 		}
 		for _, tu := range []Tuning{{}, {FP4MaxM: -1}, {FP4MaxM: -1, NoWGMMA: true}, {FP4ActMaxM: -1}, {ActByTileMaxM: -1},
-			{RouteManyMaxM: -1}, {NoFP4Sync: true}, {FP4Tile: 256}, {FP4MaxM: -1, DecodeMaxM: -1, WGMMAMinM: 1}} {
+			{RouteManyMaxM: -1}, {NoFP4Sync: true}, {FP4Tile: 256}, {FP4MaxM: -1, DecodeMaxM: -1, WGMMAMinM: 1}, {NoPDL: true, NoTileReady: true}} {
 			l.tune = tu
 			for _, m := range []int{1, 8, 24, 25, 64, 89, 192, 512, 1025, 8192} {
 				ws := &workspace{m: m, topk: s.topk, plans: [2]Plan{l.plan(m, s.topk, false), l.plan(m, s.topk, true)}}
