@@ -526,7 +526,8 @@ func TestPathsUsed(t *testing.T) {
 
 // Every plan's launches read only buffers its workspace has, and have a
 // configuration an sm_90 device takes (grid, block, shared memory; PDL
-// only where the plan has it), for every path, tile and switch: each plan's steps run dry (no device) twice, once
+// only where the plan has it), for every path, tile and switch, on sm_90
+// and on sm_89 (no wgmma paths): each plan's steps run dry (no device) twice, once
 // with the buffers a workspace had when every path's were made at once
 // (the rule before each path named its own, written out below) and
 // once with those Layer.buffers names for its plans; every pointer
@@ -592,11 +593,17 @@ func TestPlanLaunchesDry(t *testing.T) {
 		k, n, e int
 		topk    int
 		chain   moe.Chain
+		arch    archSpec
 	}
 	checked := map[Path]int{}
-	for _, s := range []shape{{"kimi", 3584, 3072, 28, 16, moe.ChainMXFP8}, {"gpt-oss 2880", 2880, 2880, 32, 4, moe.ChainMXFP8},
-		{"k160", 160, 96, 8, 4, moe.ChainMXFP8}, {"kimi bf16", 3584, 3072, 28, 16, moe.ChainBF16}} {
-		l := &Layer{b: &Backend{k: &kernels{}, sms: 132, arch: archs[0]}, w: &moe.Weights{K: s.k, N: s.n, E: s.e},
+	arch := func(target string) archSpec {
+		return archs[slices.IndexFunc(archs, func(a archSpec) bool { return a.target == target })]
+	}
+	sm90, sm89 := arch(ArchSM90a), arch("sm_89")
+	for _, s := range []shape{{"kimi", 3584, 3072, 28, 16, moe.ChainMXFP8, sm90}, {"gpt-oss 2880", 2880, 2880, 32, 4, moe.ChainMXFP8, sm90},
+		{"k160", 160, 96, 8, 4, moe.ChainMXFP8, sm90}, {"kimi bf16", 3584, 3072, 28, 16, moe.ChainBF16, sm90},
+		{"kimi sm_89", 3584, 3072, 28, 16, moe.ChainFlashInfer, sm89}, {"gpt-oss sm_89", 2880, 2880, 32, 4, moe.ChainMXFP8, sm89}} {
+		l := &Layer{b: &Backend{k: &kernels{}, sms: 132, arch: s.arch}, w: &moe.Weights{K: s.k, N: s.n, E: s.e},
 			spec: moe.LayerSpec{Activation: activation.Situ, Chain: s.chain, Recipe: mxfp.RecipeRCeil}, params: 1, b1: 2, b2: 3}
 		for p := range paths {
 			l.avail[p] = paths[p].available(l) == ""
