@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"reflect"
@@ -14,6 +15,7 @@ import (
 	"unsafe"
 
 	"kimimoe/activation"
+	"kimimoe/backend"
 	"kimimoe/moe"
 	"kimimoe/mxfp"
 )
@@ -546,7 +548,7 @@ func TestPlanLaunchesDry(t *testing.T) {
 		}
 		if _, memset := l.args.(*memset32Args); !memset {
 			g := l.grid
-			if g[0] < 1 || g[0] > math.MaxInt32 || g[1] < 1 || g[1] > 65535 || g[2] < 1 || g[2] > 65535 ||
+			if g[0] < 1 || g[0] > math.MaxInt32 || g[1] < 1 || g[1] > maxGridRows || g[2] < 1 || g[2] > 65535 ||
 				l.block < 1 || l.block > 1024 || l.smem < 0 || l.smem > smemCTA {
 				bad = append(bad, fmt.Sprintf("%T: grid %v, block %d, %d bytes of shared memory", l.args, g, l.block, l.smem))
 			}
@@ -658,6 +660,30 @@ func TestPlanLaunchesDry(t *testing.T) {
 	for p := range paths {
 		if checked[Path(p)] == 0 {
 			t.Errorf("no plan took %v", Path(p))
+		}
+	}
+}
+
+// A batch whose GEMMs would need more token tiles than a launch grid has
+// rows is refused with a clear error before anything is allocated (it was
+// a driver error at the first GEMM's launch): a K = N = 256 layer of
+// top-8 at M = 2^20 needs 65,543 tiles and an 18 GB workspace, which an
+// H200 holds.
+func TestWorkspaceRefusesTooManyTiles(t *testing.T) {
+	l := &Layer{b: &Backend{k: &kernels{}, sms: 132, arch: archs[0]}, w: &moe.Weights{K: 256, N: 256, E: 8},
+		spec: moe.LayerSpec{Activation: activation.Situ, Chain: moe.ChainMXFP8, Recipe: mxfp.RecipeRCeil}, ws: map[int]*workspace{}}
+	for p := range paths {
+		l.avail[p] = paths[p].available(l) == ""
+	}
+	for _, tu := range []Tuning{{}, {FP4MaxM: -1}} {
+		l.tune = tu
+		_, err := l.workspace(1<<20, 8)
+		if !errors.Is(err, backend.ErrUnsupported) || !strings.Contains(err.Error(), "M = 1048576 of top-8 takes 65543") ||
+			!strings.Contains(err.Error(), "split the batch") {
+			t.Errorf("%v: M = 2^20: %v", tu, err)
+		}
+		if len(l.ws) != 0 {
+			t.Errorf("%v: a refused workspace was kept", tu)
 		}
 	}
 }

@@ -107,6 +107,12 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 	}
 	w := l.w
 	ws := &workspace{m: m, topk: topk, lastUse: l.uses, plans: [2]Plan{l.plan(m, topk, false), l.plan(m, topk, true)}}
+	for _, p := range ws.plans {
+		if p.Tiles > maxGridRows {
+			return nil, fmt.Errorf("%w: backend \"cuda\" runs at most %d token tiles a GEMM (a launch grid's rows); M = %d of top-%d takes %d on the %s path: split the batch",
+				backend.ErrUnsupported, maxGridRows, m, topk, p.Tiles, p.Path)
+		}
+	}
 	kp, np := layout.PadTo(w.K), layout.PadTo(w.N)
 	entries := m * topk
 	for _, a := range l.buffers(ws) {
@@ -143,6 +149,10 @@ func (l *Layer) workspace(m, topk int) (*workspace, error) {
 	l.ws[m] = ws
 	return ws, nil
 }
+
+// maxGridRows is the most rows (y) a launch grid may have, which bounds
+// the tiled GEMMs' token tiles (their grid's rows).
+const maxGridRows = 65535
 
 // wsBuf is one workspace buffer: where its pointer goes, and its bytes.
 type wsBuf struct {
