@@ -165,7 +165,7 @@ type f4Gemm1Args struct {
 	AQBF     devptr `c:"u8*" cname:"aqbf"`
 	Ready    devptr `c:"int*"`              // per tile: GEMM1 CTAs done (tile_signal), or 0
 	UG       devptr `c:"float*" cname:"ug"` // {up, gate} a routed row and feature for kmoe_act_requant, or 0: the epilogue in GEMM1
-	K        int32  // padded (f4Dims), as N
+	K        int32  // padded (fp4.Dims), as N
 	N        int32
 	TopK     int32
 	ELocal   int32

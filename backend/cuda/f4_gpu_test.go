@@ -379,7 +379,7 @@ func TestF4LargeTiles(t *testing.T) {
 // with GPT-OSS's activation and biases: against the oracle on sampled
 // rows, and a second forward of the same input bitwise equal (the
 // padding of x's BF16 rows, zeroed once, is never written). Without the
-// padding (f4Dims) these layers had no wgmma-fp4 path and the bf16 chain
+// padding (fp4.Dims) these layers had no wgmma-fp4 path and the bf16 chain
 // was refused.
 func TestF4Padded(t *testing.T) {
 	b := openCUDAOrSkip(t)

@@ -631,7 +631,7 @@ func testModule(t *testing.T, b *Backend) cu.Module {
 
 // An x of block scale 2^-127 whose codes BF16 cannot hold (every E4M3
 // value times 2^-127 that is no multiple of 2^-133: the subnormals and
-// the fine normals) leaves the BF16 paths (xOutsideBF16): on the wgmma
+// the fine normals) leaves the BF16 paths (layout.XOutsideBF16): on the wgmma
 // path, which M = 256 takes on this layer, its BF16 operand would drop
 // those bits (2^-136 becomes 0), an error far past the bound. FC1's
 // scales are raised by 2^110 so that GEMM1's values stay in float32's
@@ -668,7 +668,7 @@ func TestTinyXLeavesBF16Paths(t *testing.T) {
 		x[i] = float32(math.Ldexp(float64(mxfp.DecodeE4M3(xq.Codes[i])), -127)) // exact: float32's subnormals reach 2^-149
 	}
 	if !layout.XOutsideBF16(&moe.Input{XQ: xq}, s.Recipe) || !layout.XOutsideBF16(&moe.Input{X: x}, s.Recipe) {
-		t.Fatal("xOutsideBF16 keeps the tiny x on the BF16 paths")
+		t.Fatal("layout.XOutsideBF16 keeps the tiny x on the BF16 paths")
 	}
 	o, err := moe.NewOracle(w, s.LayerSpec())
 	if err != nil {

@@ -59,7 +59,7 @@ type dispatchState struct {
 	recvOff []int // rows received from device d: [recvOff[d], recvOff[d+1]) of the layer's workspace
 	hPad    int   // home rows per device, padded: ceil(M / D)
 	form    int
-	wide    bool      // x has MXFP8 values BF16 does not hold (xOutsideBF16)
+	wide    bool      // x has MXFP8 values BF16 does not hold (layout.XOutsideBF16)
 	sent    [][]int32 // sent[a][b]: tokens device a sends to device b (every device's counts)
 
 	homeX, homeXQ, homeXS, homeIDs, homeWts devptr

@@ -57,7 +57,7 @@ type wgWeights struct {
 // is not.
 type f4Weights struct {
 	w31, w31s, w2, w2s devptr
-	k, n               int // the GEMMs' K and N, padded (f4Dims)
+	k, n               int // the GEMMs' K and N, padded (fp4.Dims)
 	whyNot             string
 }
 
@@ -165,7 +165,7 @@ func (l *Layer) Tuning() Tuning {
 }
 
 // rowK is the row length of x's BF16 copy and of GEMM2's rows on path p:
-// the wgmma-fp4 GEMMs' padded K on their path (f4Dims), else K.
+// the wgmma-fp4 GEMMs' padded K on their path (fp4.Dims), else K.
 func (l *Layer) rowK(p Path) int {
 	if p == PathFP4 {
 		return l.f4.k
@@ -193,7 +193,7 @@ func (l *Layer) PlanFor(m, topk int) Plan {
 
 // PathFor names the kernels a forward of m tokens runs (Plan.Path, which
 // does not depend on top-k): an input whose x BF16 does not hold
-// (xOutsideBF16) runs "grouped" ("decode" where K or N is not a multiple
+// (layout.XOutsideBF16) runs "grouped" ("decode" where K or N is not a multiple
 // of 128) where this says one of the two wgmma paths.
 func (l *Layer) PathFor(m int) string { return l.PlanFor(m, 1).Path.String() }
 

@@ -23,7 +23,7 @@ func (l *Layer) f4Steps(ws *workspace, p *Plan) (gemm1, gemm2 []step) {
 	w, b, s := l.w, l.b, l.b.stream
 	recipe, tt, entries := recipeCode(l.spec.Recipe), p.Tile, ws.m*ws.topk
 	ready, actDone, _ := ws.readyCounts(p)
-	kp, np := l.f4.k, l.f4.n         // the padded shape (f4Dims)
+	kp, np := l.f4.k, l.f4.n         // the padded shape (fp4.Dims)
 	gemm1CTAs := np / abiF4RowsGemm1 // GEMM1's CTAs a tile: what a wait on its counts waits for
 	if p.FP4.W3 {
 		gemm1CTAs = (np + f4W3Features - 1) / f4W3Features // a last CTA's spare warpgroups store nothing

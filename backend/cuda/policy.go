@@ -175,7 +175,7 @@ type planShape struct {
 	allLocal         bool   // one rank: every slot's expert is local
 	wg, f4           bool   // the wgmma and wgmma-fp4 weights are on the device
 	wgRows           [2]int // the wgmma GEMMs' weight rows a tile
-	wide             bool   // x has MXFP8 values BF16 does not hold (xOutsideBF16)
+	wide             bool   // x has MXFP8 values BF16 does not hold (layout.XOutsideBF16)
 	bf16             bool   // the bf16 chain: x and the intermediate as BF16, which only the two wgmma paths run
 	actResident      int    // the activation kernel's CTAs an SM holds at once (the driver's occupancy); 0: unknown
 	tune             Tuning
@@ -246,7 +246,7 @@ func choosePlan(s planShape) Plan {
 		if em <= or(t.FP4FitMaxM, f4FitMaxMDefault) && slices.Contains(f4FitTiles, p.Tile) {
 			p.FP4.Loop = LoopFitted
 		}
-		if !t.NoFP4Sync && slices.Contains(f4sTiles, p.Tile) && f4sAddressable(p.Tile, s.m*layout.PadTo(s.k), entries*layout.PadTo(s.n)) { // the padded rows (f4Dims)
+		if !t.NoFP4Sync && slices.Contains(f4sTiles, p.Tile) && f4sAddressable(p.Tile, s.m*layout.PadTo(s.k), entries*layout.PadTo(s.n)) { // the padded rows (fp4.Dims)
 			p.FP4.Loop = LoopSync
 			p.FP4.Deep2 = p.Tile == 8 && s.m <= f4sDeepMaxM
 		}

@@ -40,7 +40,7 @@ type workspace struct {
 	ug                       devptr      // GEMM1's float32 up and gate for kmoe_act_requant (0 where no plan runs the activation kernel)
 	plans                    [2]Plan     // the launch plans, by wide
 	form                     int         // of the input uploaded last
-	wide                     bool        // its MXFP8 values are not all BF16 values (xOutsideBF16)
+	wide                     bool        // its MXFP8 values are not all BF16 values (layout.XOutsideBF16)
 	graph                    [4]cu.Graph // by graphKey
 	graphX                   [4]cu.GraphExec
 	bufs                     []devptr

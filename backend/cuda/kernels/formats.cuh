@@ -74,7 +74,7 @@ __device__ __forceinline__ u32 bf16_bits(float v) {
 
 // The BF16 bits of the MXFP8 value code x sf (sf the block's scale as a
 // float): exact from BF16's smallest step, 2^-133, to below 2^128; an
-// infinity above, truncated below (xOutsideBF16 in Go keeps such x off
+// infinity above, truncated below (layout.XOutsideBF16 in Go keeps such x off
 // the BF16 paths).
 __device__ __forceinline__ u32 mxfp8_bf16(u32 code, float sf) { return bf16_bits(__fmul_rn(e4m3_to_float(code), sf)); }
 
