@@ -56,6 +56,10 @@ type Capabilities struct {
 	Biases bool
 	// MaxTokens bounds M (0: no bound).
 	MaxTokens int
+	// ExpertMultiple, above 1, is what the local expert count must be a
+	// multiple of: an expert-parallel group's device count, over which it
+	// spreads the experts evenly.
+	ExpertMultiple int
 	// Graphs: layers implement GraphLayer.
 	Graphs bool
 	// Device describes where it runs ("CPU, 2 goroutines", a GPU name).
@@ -79,6 +83,10 @@ func (c Capabilities) Check(spec moe.LayerSpec, w *moe.Weights, backend, fallbac
 	}
 	if w != nil && w.HasBias() && !c.Biases {
 		return unsupported("FC biases (w31_bias, w2_bias)")
+	}
+	if w != nil && c.ExpertMultiple > 1 && w.E%c.ExpertMultiple != 0 {
+		return fmt.Errorf("%w: %w: backend %q spreads the experts evenly, and %d local experts do not divide over %d devices; use the %q backend instead",
+			ErrUnsupported, moe.ErrParallel, backend, w.E, c.ExpertMultiple, fallback)
 	}
 	return nil
 }

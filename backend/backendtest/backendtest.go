@@ -41,7 +41,6 @@ func RunConformance(t *testing.T, b backend.Backend) {
 			recipe mxfp.Recipe
 		}{{activation.Situ, mxfp.RecipeRCeil}, {activation.SwigluBias, mxfp.RecipeFloor}} {
 			name := v.act.String() + "/" + chain.String() + "/" + v.recipe.String()
-			supported := slices.Contains(caps.Chains, chain) && slices.Contains(caps.Activations, v.act) && slices.Contains(caps.Recipes, v.recipe)
 			t.Run(name, func(t *testing.T) {
 				if testing.Short() && chain != moe.ChainMXFP8 {
 					t.Skip("short: mxfp8 chain only")
@@ -50,11 +49,22 @@ func RunConformance(t *testing.T, b backend.Backend) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				specs, err := validation.ValidationMatrix("smoke", v.act, chain, v.recipe)
+				if err != nil {
+					t.Fatal(err)
+				}
 				for _, r := range res {
+					i := slices.IndexFunc(specs, func(s validation.CaseSpec) bool { return s.Name == r.Name })
+					if i < 0 {
+						t.Fatalf("%s: no such case in the smoke suite", r.Name)
+					}
+					// What the capabilities refuse (chain, activation,
+					// recipe, biases, expert count) must be refused.
+					why := caps.Check(specs[i].LayerSpec(), capsWeights(&specs[i]), b.Name(), backend.GoName)
 					switch {
-					case !supported && r.Status != validation.StatusUnsupported:
-						t.Errorf("%s: backend does not claim %s but gave %s (%s)", r.Name, name, r.Status, r.Detail)
-					case supported && !r.Passed():
+					case why != nil && r.Status != validation.StatusUnsupported:
+						t.Errorf("%s: backend's capabilities refuse it (%v) but it gave %s (%s)", r.Name, why, r.Status, r.Detail)
+					case why == nil && !r.Passed():
 						t.Errorf("%s [%s]: %s %s: %v", r.Name, r.Shape, r.Status, r.Detail, r.Metrics)
 					}
 				}
@@ -276,4 +286,14 @@ func checkBadInput(t *testing.T, b backend.Backend) {
 	if err := l2.Close(); err != nil {
 		t.Errorf("second Close: %v, want nil", err)
 	}
+}
+
+// capsWeights are the parts of s's weights that Capabilities.Check reads:
+// the local expert count and whether there are biases.
+func capsWeights(s *validation.CaseSpec) *moe.Weights {
+	w := &moe.Weights{E: s.ELocal, N: s.N, K: s.K, Gated: s.Activation.IsGated()}
+	if s.Biases {
+		w.W31Bias = []float32{0}
+	}
+	return w
 }

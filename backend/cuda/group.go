@@ -199,11 +199,12 @@ func (g *Group) Mode() Mode { return g.opts.Mode }
 func (g *Group) Name() string { return "cuda" }
 
 // Capabilities implements backend.Backend: the one-device backend's, with
-// no CUDA graphs (collectives are launched eagerly), and in dispatch mode
-// without the bf16 chain (dispatch sends x as MXFP8).
+// no CUDA graphs (collectives are launched eagerly), local expert counts
+// that are multiples of the group's size, and in dispatch mode without
+// the bf16 chain (dispatch sends x as MXFP8).
 func (g *Group) Capabilities() backend.Capabilities {
 	c := g.members[0].dev.capabilities()
-	c.Graphs = false
+	c.Graphs, c.ExpertMultiple = false, g.size
 	if g.opts.Mode == ModeDispatch {
 		c.Chains = slices.DeleteFunc(c.Chains, func(ch moe.Chain) bool { return ch == moe.ChainBF16 })
 	}

@@ -18,15 +18,19 @@ import (
 	"kimimoe/validation"
 )
 
-// The conformance suite on fake groups of two devices, in each mode: the
-// group's token movement against the oracle with no GPU.
+// The conformance suite on fake groups of two and four devices, in each
+// mode: the group's token movement against the oracle with no GPU. At
+// four, the cases whose local experts do not divide over the devices must
+// be refused, as the group's capabilities say.
 func TestFakeGroupConformance(t *testing.T) {
-	for _, mode := range []Mode{ModeReplicated, ModeDispatch} {
-		t.Run(mode.String(), func(t *testing.T) {
-			g, _ := newFakeGroup(2, mode, 10*time.Second)
-			defer g.Close()
-			backendtest.RunConformance(t, g)
-		})
+	for _, d := range []int{2, 4} {
+		for _, mode := range []Mode{ModeReplicated, ModeDispatch} {
+			t.Run(fmt.Sprintf("%d_%v", d, mode), func(t *testing.T) {
+				g, _ := newFakeGroup(d, mode, 10*time.Second)
+				defer g.Close()
+				backendtest.RunConformance(t, g)
+			})
+		}
 	}
 }
 
