@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,6 +121,49 @@ func TestFakeGroupIsDeviceSum(t *testing.T) {
 			}
 			if err := g.Close(); err != nil {
 				t.Error(err)
+			}
+		}
+	}
+}
+
+// A group of one process a rank (OpenRank's: one Group a rank, each
+// driving its device), every rank calling Forward with the same input
+// from its own goroutine, gives every rank the output the one-process
+// group gives, bit for bit, in both modes.
+func TestFakeRanks(t *testing.T) {
+	const d = 4
+	s := validation.CaseSpec{M: 9, K: 128, N: 64, ELocal: 8, TopK: 3, EP: moe.EP{Rank: 1, Size: 2}, LocalSlots: 2, Routing: validation.RoutingMasked,
+		Activation: activation.Situ, Chain: moe.ChainMXFP8, Recipe: mxfp.RecipeRCeil, Seed: 1, WeightSeed: 1}
+	c, err := validation.GenerateCase(&s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []Mode{ModeReplicated, ModeDispatch} {
+		one, _ := newFakeGroup(d, mode, 10*time.Second)
+		want := forwardOn(t, one, c)
+		one.Close()
+		ranks := newFakeRanks(d, mode, 10*time.Second)
+		outs, errs := make([][]float32, d), make([]error, d)
+		var wg sync.WaitGroup
+		for r, g := range ranks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				gl, err := g.PrepareMode(c.Weights, c.Spec, mode)
+				if err == nil {
+					outs[r] = make([]float32, s.M*s.K)
+					err = gl.Forward(outs[r], &c.Input, nil)
+				}
+				errs[r] = errors.Join(err, g.Close())
+			}()
+		}
+		wg.Wait()
+		for r := range d {
+			if errs[r] != nil {
+				t.Fatalf("%v rank %d: %v", mode, r, errs[r])
+			}
+			if i := firstDiff(outs[r], want); i >= 0 {
+				t.Errorf("%v rank %d: value %d is %g, the one-process group's %g", mode, r, i, outs[r][i], want[i])
 			}
 		}
 	}

@@ -135,6 +135,19 @@ func newFakeGroup(size int, mode Mode, timeout time.Duration) (*Group, []*fakeDe
 	return g, devs
 }
 
+// newFakeRanks is a group of size fake devices as OpenRank makes it: one
+// Group a rank, each driving its one device, as one process a rank would.
+func newFakeRanks(size int, mode Mode, timeout time.Duration) []*Group {
+	w := newFakeWorld(size)
+	var gs []*Group
+	for r := range size {
+		g := &Group{opts: GroupOptions{Mode: mode, Timeout: timeout}.normalize(), size: size, layers: map[*GroupLayer]bool{}}
+		g.members = []*member{{dev: &fakeDevice{rank: r, world: w, next: devptr(r+1) << 40}, rank: r}}
+		gs = append(gs, g)
+	}
+	return gs
+}
+
 func (d *fakeDevice) prepare(w *moe.Weights, spec moe.LayerSpec) (rankLayer, error) {
 	gb, err := backend.Open(backend.GoName)
 	if err != nil {
