@@ -76,9 +76,17 @@ func bind[A any](m cu.Module, spec kernelSpec) (kernel[A], error) {
 	if reflect.TypeFor[A]() != spec.args {
 		panic(fmt.Sprintf("cuda: %s takes %v, bound as %v", spec.name, spec.args, reflect.TypeFor[A]()))
 	}
-	f, err := cu.ModuleGetFunction(m, spec.name)
+	f, err := moduleFunction(m, spec.name)
 	return kernel[A]{f}, err
 }
+
+// The driver calls the loader makes, which a test replaces to check the
+// loader without a module.
+var (
+	moduleFunction = cu.ModuleGetFunction
+	setMaxSmem     = cu.FuncSetMaxDynamicSmem
+	residentCTAs   = cu.FuncResidentCTAs
+)
 
 // bindAll binds the instances of one kernel (specs, by their template
 // value) and, with smem, lets each use smem(value) bytes of dynamic shared
@@ -104,7 +112,7 @@ func bindAll[A any](m cu.Module, specs map[int]kernelSpec, smem func(int) int) (
 func bindSmem[A any](m cu.Module, spec kernelSpec, smem int) (kernel[A], error) {
 	k, err := bind[A](m, spec)
 	if err == nil {
-		err = cu.FuncSetMaxDynamicSmem(k.fn, smem)
+		err = setMaxSmem(k.fn, smem)
 	}
 	return k, err
 }
@@ -197,7 +205,7 @@ func loadKernels(m cu.Module) (*kernels, error) {
 	k.actRequant, err = bind[actRequantArgs](m, kActRequant)
 	add(err)
 	if err == nil {
-		k.actResident, err = cu.FuncResidentCTAs(k.actRequant.fn, abiThreads, 0)
+		k.actResident, err = residentCTAs(k.actRequant.fn, abiThreads, 0)
 		add(err)
 	}
 	for i := range f4W3Suffix {
