@@ -26,6 +26,7 @@ struct __align__(8) f2 {
 };
 
 #define BLOCK 32
+#define KC KMOE_STAGE_K // k elements per shared-memory stage
 
 static_assert(KMOE_THREADS == 256, "the GEMMs' warp roles assume 8 warps");
 static_assert(KMOE_GEMM1_FEATURES == 64, "GEMM1: 8 warps x 8 features, two 32-feature MXFP8 blocks per CTA");

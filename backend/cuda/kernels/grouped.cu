@@ -15,7 +15,6 @@
 // [16+4t, 16+4t+4), so its A registers come from one 32-bit load of packed
 // FP4 and its B registers from one 64-bit load of E4M3 codes.
 
-#define KC KMOE_STAGE_K // k elements per shared-memory stage
 #define SROW (KC + 16) // padded bytes per staged token row
 
 
