@@ -25,16 +25,66 @@ import (
 //go:embed kernels/*.cu kernels/*.cuh
 var kernelFiles embed.FS
 
-// kernelOrder is the product module's files in the order NVRTC compiles
-// them as one program: each file uses only what the ones before it define.
-// The generated wgmma shapes (wgmma_gen.go) come before the first GEMM
-// that issues one.
-var kernelOrder = []string{
-	"common.cuh", "formats.cuh", "mma.cuh", "activation.cuh", "ptx.cuh", "epilogue.cuh",
-	"quantize.cu", "routing.cu", "grouped.cu", "wgmma_shapes", "wgmma.cu",
-	"fp4_widen.cuh", "fp4_wgmma.cu", "fp4_sync.cu", "fp4_gemm.cu",
-	"decode.cu", "finalize.cu", "ep.cu",
+// pathProgram is a path's share of the kernel program and its module:
+// its kernels/ files, its #defines and argument structs in the ABI
+// header, and its entry points. The paths' shares are programs, by Path;
+// the path types (path_*.go) bind the entry points (path.bind).
+type pathProgram struct {
+	files   []string
+	defines []abiDefine
+	structs []reflect.Type
+	entries []kernelSpec
 }
+
+// abiDefine is one #define KMOE_<name> of the ABI header.
+type abiDefine struct {
+	name string
+	v    int
+}
+
+// programs are the paths' shares of the kernel program, by Path: their
+// files compile in Path order, after the shared ones and before
+// sharedTail.
+var programs = [numPaths]pathProgram{PathDecode: decodeProgram, PathGrouped: groupedProgram, PathWGMMA: wgmmaProgram, PathFP4: fp4Program}
+
+// What every path shares: the headers and the prologue's kernels compiled
+// before the paths' files, the finalize and expert parallelism's kernels
+// after them, their defines, structs (with the test and timing modules')
+// and entry points.
+var (
+	sharedHead = []string{"common.cuh", "formats.cuh", "mma.cuh", "activation.cuh", "ptx.cuh", "epilogue.cuh", "quantize.cu", "routing.cu"}
+	sharedTail = []string{"finalize.cu", "ep.cu"}
+	shared     = pathProgram{
+		defines: []abiDefine{{"THREADS", abiThreads}, {"STAGE_K", abiStageK}, {"FINALIZE_COLS", abiFinalizeCols}, {"PARAM_STRIDE", abiParamStride},
+			{"RECIPE_FLOOR", int(abiRecipeFloor)}, {"RECIPE_RCEIL", int(abiRecipeRCeil)},
+			{"CHAIN_MXFP8", int(abiChainMXFP8)}, {"CHAIN_FLASHINFER", int(abiChainFlashInfer)}, {"CHAIN_BF16", int(abiChainBF16)},
+			{"FORM_QUANTIZED", int(abiFormQuantized)}, {"FORM_FLOAT", int(abiFormFloat)}},
+		structs: []reflect.Type{kQuantizeX.args, kRouteCount.args, kRouteScatter.args, kFinalize.args, kGatherRows.args, kAddRows.args,
+			kTestWiden4.args, kTestF4Widen.args, kL2Flush.args, kTestSitu.args, kTestMxfp8Val.args},
+		entries: []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kFinalize, kGatherRows, kAddRows},
+	}
+)
+
+// groupedProgram is the mma.sync grouped GEMMs' share.
+var groupedProgram = pathProgram{
+	files: []string{"grouped.cu"},
+	defines: []abiDefine{{"GEMM1_FEATURES", abiGemm1Features}, {"GEMM2_ROWS", abiGemm2Rows},
+		{"TILE_SMALL", abiTileSmall}, {"TILE_LARGE", abiTileLarge}},
+	structs: []reflect.Type{kGemm1Small.args, kGemm2Small.args},
+	entries: []kernelSpec{kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large},
+}
+
+// kernelOrder is the product module's files in the order NVRTC compiles
+// them as one program: each file uses only what the ones before it
+// define. The generated wgmma shapes (wgmma_gen.go) come before the first
+// GEMM that issues one.
+var kernelOrder = func() []string {
+	order := slices.Clone(sharedHead)
+	for _, p := range programs {
+		order = append(order, p.files...)
+	}
+	return append(order, sharedTail...)
+}()
 
 // kernelText is one of kernels/ with a #line directive, so that NVRTC's
 // messages name the file and line.
@@ -353,17 +403,26 @@ func instances[A any](prefix string, values []int) map[int]kernelSpec {
 // 8 per pass.
 var decodeSubtiles = []int{1, 2, 4}
 
+// kernelSpecs are the product module's entry points: the shared ones and
+// every path's.
 var kernelSpecs = func() []kernelSpec {
-	all := []kernelSpec{kQuantizeX, kRouteCount, kRouteScatter, kGemm1Small, kGemm1Large, kGemm2Small, kGemm2Large, kFinalize,
-		kDecPrologue, kXBF16, kRouteXBF16, kRouteXMany, kGatherRows, kAddRows, kF4SGemm2Deep, kActRequant}
-	all = append(append(all, kF4W3Gemm1[:]...), kF4W3Gemm2[:]...)
-	for _, m := range []map[int]kernelSpec{kDecGemm1, kDecGemm2, kWGGemm1, kWGGemm2, kF4Gemm1, kF4Gemm2, kF4FitGemm1, kF4FitGemm2, kF4SGemm1, kF4SGemm2} {
+	all := slices.Clone(shared.entries)
+	for _, p := range programs {
+		all = append(all, p.entries...)
+	}
+	return all
+}()
+
+// mapSpecs are a templated kernel's instances.
+func mapSpecs(ms ...map[int]kernelSpec) []kernelSpec {
+	var all []kernelSpec
+	for _, m := range ms {
 		for _, k := range m {
 			all = append(all, k)
 		}
 	}
 	return all
-}()
+}
 
 // KernelProgram is the CUDA C++ source of the product module that the
 // backend compiles with NVRTC: the ABI header generated from this

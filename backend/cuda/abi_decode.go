@@ -1,5 +1,7 @@
 package cuda
 
+import "reflect"
+
 // Input forms of the decode prologue.
 const (
 	abiFormQuantized int32 = 0 // x given as MXFP8 codes and E8M0 scales
@@ -65,4 +67,12 @@ type decodeGemm2Args struct {
 	NPad    int32
 	ELocal  int32
 	ZeroRow int32 // row of aq/aqsf that is all zeros (M x top-k)
+}
+
+// decodeProgram is the decode path's share of the kernel program.
+var decodeProgram = pathProgram{
+	files:   []string{"decode.cu"},
+	defines: []abiDefine{{"DECODE_THREADS", abiDecodeThreads}},
+	structs: []reflect.Type{kDecPrologue.args, kDecGemm1[1].args, kDecGemm2[1].args},
+	entries: append([]kernelSpec{kDecPrologue}, mapSpecs(kDecGemm1, kDecGemm2)...),
 }

@@ -1,6 +1,9 @@
 package cuda
 
-import "kimimoe/backend/cuda/internal/layout/fp4"
+import (
+	"kimimoe/backend/cuda/internal/layout/fp4"
+	"reflect"
+)
 
 // The wgmma-fp4 path (sm_90a; its weights: layout/fp4; kernels/fp4_*.cu): MXFP4
 // weights widened to BF16 in registers, x and the intermediate as BF16 as
@@ -222,4 +225,16 @@ type testF4WidenArgs struct {
 	Out devptr `c:"u32*"`
 	N   int32
 	Pad int32 `cname:"unused"`
+}
+
+// fp4Program is the wgmma-fp4 path's share of the kernel program.
+var fp4Program = pathProgram{
+	files: []string{"fp4_widen.cuh", "fp4_wgmma.cu", "fp4_sync.cu", "fp4_gemm.cu"},
+	defines: []abiDefine{{"F4S_DEEP2_AHEAD", f4sDeep2.ahead}, {"F4S_DEEP2_BLOCKS", f4sDeep2.blocks},
+		{"F4_CHUNK_BYTES", f4ChunkBytes}, {"F4_CHUNK_SCALES", f4ChunkScales}, {"F4_TILE_MAX", abiF4TileMax},
+		{"F4_FIT_TILE_MAX", f4FitTiles[len(f4FitTiles)-1]}, {"F4_FIT_PIPE", f4FitPipe}, {"F4_FIT_PIPE_AHEAD", f4FitPipeAhead}, {"F4_PIPE_MIN_T", f4PipeMinTokens},
+		{"F4_W3_THREADS", f4W3Threads}, {"F4_W3_FEATURES", f4W3Features}, {"F4_W3_AHEAD", f4W3Ahead}, {"F4_W3_FIT_STEP", f4W3FitStep}},
+	structs: []reflect.Type{kF4Gemm1[8].args, kF4Gemm2[8].args, kActRequant.args},
+	entries: append(append(append([]kernelSpec{kF4SGemm2Deep, kActRequant}, kF4W3Gemm1[:]...), kF4W3Gemm2[:]...),
+		mapSpecs(kF4Gemm1, kF4Gemm2, kF4FitGemm1, kF4FitGemm2, kF4SGemm1, kF4SGemm2)...),
 }

@@ -81,25 +81,11 @@ func abiHeader() string {
 	var b strings.Builder
 	b.WriteString("// Generated from backend/cuda/abi.go: the kernel ABI. Do not edit.\n")
 	b.WriteString("typedef unsigned char u8;\ntypedef unsigned short u16;\ntypedef unsigned int u32;\n")
-	for _, d := range []struct {
-		name string
-		v    int
-	}{
-		{"THREADS", abiThreads}, {"STAGE_K", abiStageK}, {"GEMM1_FEATURES", abiGemm1Features},
-		{"GEMM2_ROWS", abiGemm2Rows}, {"TILE_SMALL", abiTileSmall}, {"TILE_LARGE", abiTileLarge},
-		{"FINALIZE_COLS", abiFinalizeCols}, {"PARAM_STRIDE", abiParamStride},
-		{"RECIPE_FLOOR", int(abiRecipeFloor)}, {"RECIPE_RCEIL", int(abiRecipeRCeil)},
-		{"CHAIN_MXFP8", int(abiChainMXFP8)}, {"CHAIN_FLASHINFER", int(abiChainFlashInfer)}, {"CHAIN_BF16", int(abiChainBF16)},
-		{"FORM_QUANTIZED", int(abiFormQuantized)}, {"FORM_FLOAT", int(abiFormFloat)},
-		{"DECODE_THREADS", abiDecodeThreads},
-		{"WG_TOKENS", abiWGTokens}, {"WG_CHUNK_K", abiWGChunkK},
-		{"SMEM_ALIGN", abiSmemAlign},
-		{"F4S_DEEP2_AHEAD", f4sDeep2.ahead}, {"F4S_DEEP2_BLOCKS", f4sDeep2.blocks},
-		{"F4_CHUNK_BYTES", f4ChunkBytes}, {"F4_CHUNK_SCALES", f4ChunkScales}, {"F4_TILE_MAX", abiF4TileMax},
-		{"F4_FIT_TILE_MAX", f4FitTiles[len(f4FitTiles)-1]}, {"F4_FIT_PIPE", f4FitPipe}, {"F4_FIT_PIPE_AHEAD", f4FitPipeAhead}, {"F4_PIPE_MIN_T", f4PipeMinTokens},
-		{"F4_W3_THREADS", f4W3Threads}, {"F4_W3_FEATURES", f4W3Features}, {"F4_W3_AHEAD", f4W3Ahead}, {"F4_W3_FIT_STEP", f4W3FitStep},
-	} {
-		fmt.Fprintf(&b, "#define KMOE_%s %d\n", d.name, d.v)
+	all := append([]pathProgram{shared}, programs[:]...)
+	for _, p := range all {
+		for _, d := range p.defines {
+			fmt.Fprintf(&b, "#define KMOE_%s %d\n", d.name, d.v)
+		}
 	}
 	for i, p := range abiParams {
 		fmt.Fprintf(&b, "#define KMOE_PARAM_%s %d\n", p.name, i)
@@ -108,10 +94,10 @@ func abiHeader() string {
 		fmt.Fprintf(&b, "#define KMOE_ACT_%s %d\n", strings.ToUpper(k.String()), activationCode(k))
 	}
 	b.WriteString(tileConstants())
-	for _, t := range []reflect.Type{kQuantizeX.args, kRouteCount.args, kRouteScatter.args, kGemm1Small.args, kGemm2Small.args, kFinalize.args,
-		kDecPrologue.args, kDecGemm1[1].args, kDecGemm2[1].args, kTestWiden4.args, kXBF16.args, kRouteXBF16.args, kWGGemm1[128].args, kWGGemm2[128].args, kGatherRows.args, kAddRows.args,
-		kF4Gemm1[8].args, kF4Gemm2[8].args, kTestF4Widen.args, kL2Flush.args, kTestSitu.args, kTestMxfp8Val.args, kActRequant.args} {
-		b.WriteString(cStruct(t))
+	for _, p := range all {
+		for _, t := range p.structs {
+			b.WriteString(cStruct(t))
+		}
 	}
 	b.WriteString("// End of the generated ABI.\n")
 	return b.String()

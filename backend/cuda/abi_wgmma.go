@@ -4,6 +4,7 @@ import (
 	"kimimoe/backend/cuda/internal/layout"
 	"kimimoe/backend/cuda/internal/layout/decode"
 	"kimimoe/backend/cuda/internal/layout/wgmma"
+	"reflect"
 )
 
 // The wgmma path's geometry (its weights: layout/wgmma; kernels/wgmma.cu).
@@ -122,4 +123,14 @@ type wgGemm2Args struct {
 	K        int32
 	ELocal   int32
 	Pad      int32 `cname:"unused"`
+}
+
+// wgmmaProgram is the wgmma path's share of the kernel program: the
+// generated wgmma shapes, and x and the intermediate as BF16, which the
+// wgmma-fp4 path's files (after these) use too.
+var wgmmaProgram = pathProgram{
+	files:   []string{"wgmma_shapes", "wgmma.cu"},
+	defines: []abiDefine{{"WG_TOKENS", abiWGTokens}, {"WG_CHUNK_K", abiWGChunkK}, {"SMEM_ALIGN", abiSmemAlign}},
+	structs: []reflect.Type{kXBF16.args, kRouteXBF16.args, kWGGemm1[128].args, kWGGemm2[128].args},
+	entries: append([]kernelSpec{kXBF16, kRouteXBF16, kRouteXMany}, mapSpecs(kWGGemm1, kWGGemm2)...),
 }

@@ -148,8 +148,9 @@ type kernels struct {
 	f4W3Gemm2    [len(f4W3Suffix)]kernel[f4Gemm2Args] // GEMM2 in three warpgroups (Plan.FP4.W3Gemm2), by k loop
 }
 
+// loadKernels binds the shared entry points, then each path's (path.bind).
 func loadKernels(m cu.Module) (*kernels, error) {
-	k := &kernels{gemm1: map[int]kernel[gemm1Args]{}, gemm2: map[int]kernel[gemm2Args]{}}
+	k := &kernels{}
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
@@ -159,60 +160,14 @@ func loadKernels(m cu.Module) (*kernels, error) {
 	add(err)
 	k.routeScatter, err = bind[routeScatterArgs](m, kRouteScatter)
 	add(err)
-	for tt, specs := range map[int][2]kernelSpec{abiTileSmall: {kGemm1Small, kGemm2Small}, abiTileLarge: {kGemm1Large, kGemm2Large}} {
-		g1, err := bind[gemm1Args](m, specs[0])
-		add(err)
-		g2, err := bind[gemm2Args](m, specs[1])
-		add(err)
-		k.gemm1[tt], k.gemm2[tt] = g1, g2
-	}
 	k.finalize, err = bind[finalizeArgs](m, kFinalize)
-	add(err)
-	k.decPrologue, err = bind[decodePrologueArgs](m, kDecPrologue)
-	add(err)
-	k.decGemm1, err = bindAll[decodeGemm1Args](m, kDecGemm1, nil)
-	add(err)
-	k.decGemm2, err = bindAll[decodeGemm2Args](m, kDecGemm2, nil)
 	add(err)
 	k.gatherRows, err = bind[gatherRowsArgs](m, kGatherRows)
 	add(err)
 	k.addRows, err = bind[addRowsArgs](m, kAddRows)
 	add(err)
-	k.xBF16, err = bind[xBF16Args](m, kXBF16)
-	add(err)
-	k.routeXBF16, err = bind[routeXBF16Args](m, kRouteXBF16)
-	add(err)
-	k.routeXMany, err = bind[routeXBF16Args](m, kRouteXMany)
-	add(err)
-	k.wgGemm1, err = bindAll[wgGemm1Args](m, kWGGemm1, wgSmem)
-	add(err)
-	k.wgGemm2, err = bindAll[wgGemm2Args](m, kWGGemm2, wgSmem)
-	add(err)
-	k.f4Gemm1, err = bindAll[f4Gemm1Args](m, kF4Gemm1, f4Smem)
-	add(err)
-	k.f4Gemm2, err = bindAll[f4Gemm2Args](m, kF4Gemm2, f4Smem)
-	add(err)
-	k.f4FitGemm1, err = bindAll[f4Gemm1Args](m, kF4FitGemm1, f4Smem)
-	add(err)
-	k.f4FitGemm2, err = bindAll[f4Gemm2Args](m, kF4FitGemm2, f4Smem)
-	add(err)
-	k.f4sGemm1, err = bindAll[f4Gemm1Args](m, kF4SGemm1, f4sSmem)
-	add(err)
-	k.f4sGemm2, err = bindAll[f4Gemm2Args](m, kF4SGemm2, f4sSmem)
-	add(err)
-	k.f4sGemm2Deep, err = bindSmem[f4Gemm2Args](m, kF4SGemm2Deep, f4sSmem(8))
-	add(err)
-	k.actRequant, err = bind[actRequantArgs](m, kActRequant)
-	add(err)
-	if err == nil {
-		k.actResident, err = residentCTAs(k.actRequant.fn, abiThreads, 0)
-		add(err)
-	}
-	for i := range f4W3Suffix {
-		k.f4W3Gemm1[i], err = bindSmem[f4Gemm1Args](m, kF4W3Gemm1[i], f4Smem(f4W3Tile))
-		add(err)
-		k.f4W3Gemm2[i], err = bindSmem[f4Gemm2Args](m, kF4W3Gemm2[i], f4Smem(f4W3Tile))
-		add(err)
+	for p := range paths {
+		add(paths[p].bind(m, k))
 	}
 	return k, errors.Join(errs...)
 }

@@ -3,6 +3,8 @@
 package cuda
 
 import (
+	"errors"
+	"kimimoe/backend/cuda/internal/cu"
 	"kimimoe/backend/cuda/internal/layout"
 	"kimimoe/backend/cuda/internal/layout/decode"
 )
@@ -17,6 +19,15 @@ func (decodePath) steps(l *Layer, ws *workspace, p *Plan) []step { return l.deco
 func (decodePath) available(*Layer) string { return "" }
 
 func (decodePath) weights(l *Layer) []*devptr { return l.dec.ptrs() }
+
+// bind binds the decode prologue and GEMMs.
+func (decodePath) bind(m cu.Module, k *kernels) error {
+	var e1, e2, e3 error
+	k.decPrologue, e1 = bind[decodePrologueArgs](m, kDecPrologue)
+	k.decGemm1, e2 = bindAll[decodeGemm1Args](m, kDecGemm1, nil)
+	k.decGemm2, e3 = bindAll[decodeGemm2Args](m, kDecGemm2, nil)
+	return errors.Join(e1, e2, e3)
+}
 
 // buffers: x padded, its float scales, the touched experts and the
 // intermediate's float scales, each with one more row (zeros).

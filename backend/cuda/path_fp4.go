@@ -2,7 +2,11 @@
 
 package cuda
 
-import "kimimoe/backend/cuda/internal/layout/fp4"
+import (
+	"errors"
+	"kimimoe/backend/cuda/internal/cu"
+	"kimimoe/backend/cuda/internal/layout/fp4"
+)
 
 // fp4Path is the wgmma-fp4 GEMMs: MXFP4 weights widened to BF16 in
 // registers (sm_90; internal/layout/fp4).
@@ -98,6 +102,42 @@ func (fp4Path) available(l *Layer) string {
 }
 
 func (fp4Path) weights(l *Layer) []*devptr { return l.f4.ptrs() }
+
+// bind binds the wgmma-fp4 GEMMs of every loop and tile, the activation
+// kernel (and how many of its CTAs an SM holds), and the three-warpgroup
+// GEMMs.
+func (fp4Path) bind(m cu.Module, k *kernels) error {
+	var errs []error
+	add := func(err error) { errs = append(errs, err) }
+	var err error
+	k.f4Gemm1, err = bindAll[f4Gemm1Args](m, kF4Gemm1, f4Smem)
+	add(err)
+	k.f4Gemm2, err = bindAll[f4Gemm2Args](m, kF4Gemm2, f4Smem)
+	add(err)
+	k.f4FitGemm1, err = bindAll[f4Gemm1Args](m, kF4FitGemm1, f4Smem)
+	add(err)
+	k.f4FitGemm2, err = bindAll[f4Gemm2Args](m, kF4FitGemm2, f4Smem)
+	add(err)
+	k.f4sGemm1, err = bindAll[f4Gemm1Args](m, kF4SGemm1, f4sSmem)
+	add(err)
+	k.f4sGemm2, err = bindAll[f4Gemm2Args](m, kF4SGemm2, f4sSmem)
+	add(err)
+	k.f4sGemm2Deep, err = bindSmem[f4Gemm2Args](m, kF4SGemm2Deep, f4sSmem(8))
+	add(err)
+	k.actRequant, err = bind[actRequantArgs](m, kActRequant)
+	add(err)
+	if err == nil {
+		k.actResident, err = residentCTAs(k.actRequant.fn, abiThreads, 0)
+		add(err)
+	}
+	for i := range f4W3Suffix {
+		k.f4W3Gemm1[i], err = bindSmem[f4Gemm1Args](m, kF4W3Gemm1[i], f4Smem(f4W3Tile))
+		add(err)
+		k.f4W3Gemm2[i], err = bindSmem[f4Gemm2Args](m, kF4W3Gemm2[i], f4Smem(f4W3Tile))
+		add(err)
+	}
+	return errors.Join(errs...)
+}
 
 // buffers: x and the intermediate as BF16, the per-tile counts (at most
 // one tile an entry and one partial tile an expert, two counts a tile

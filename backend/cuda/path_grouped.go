@@ -2,6 +2,11 @@
 
 package cuda
 
+import (
+	"errors"
+	"kimimoe/backend/cuda/internal/cu"
+)
+
 // The grouped paths share a prologue (x prepared for the GEMMs, the
 // entries routed into token tiles by expert) and the finalize; this file
 // holds that and the mma.sync GEMMs, which read x as MXFP8 and the
@@ -97,6 +102,20 @@ func (groupedPath) steps(l *Layer, ws *workspace, p *Plan) []step {
 func (groupedPath) available(*Layer) string { return "" }
 
 func (groupedPath) weights(l *Layer) []*devptr { return l.mx.ptrs() }
+
+// bind binds the grouped GEMMs at both token tiles.
+func (groupedPath) bind(m cu.Module, k *kernels) error {
+	k.gemm1, k.gemm2 = map[int]kernel[gemm1Args]{}, map[int]kernel[gemm2Args]{}
+	var errs []error
+	for tt, specs := range map[int][2]kernelSpec{abiTileSmall: {kGemm1Small, kGemm2Small}, abiTileLarge: {kGemm1Large, kGemm2Large}} {
+		g1, err := bind[gemm1Args](m, specs[0])
+		errs = append(errs, err)
+		g2, err := bind[gemm2Args](m, specs[1])
+		errs = append(errs, err)
+		k.gemm1[tt], k.gemm2[tt] = g1, g2
+	}
+	return errors.Join(errs...)
+}
 
 // buffers: none beyond every path's (x as MXFP8, the intermediate).
 func (groupedPath) buffers(*Layer, *workspace, *Plan) []wsBuf { return nil }

@@ -3,7 +3,9 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
+	"kimimoe/backend/cuda/internal/cu"
 	"kimimoe/backend/cuda/internal/layout/wgmma"
 )
 
@@ -54,6 +56,18 @@ func (wgmmaPath) available(l *Layer) string {
 }
 
 func (wgmmaPath) weights(l *Layer) []*devptr { return l.wg.ptrs() }
+
+// bind binds x's BF16 prologues (the wgmma-fp4 path's too) and the
+// wgmma GEMMs.
+func (wgmmaPath) bind(m cu.Module, k *kernels) error {
+	var errs [5]error
+	k.xBF16, errs[0] = bind[xBF16Args](m, kXBF16)
+	k.routeXBF16, errs[1] = bind[routeXBF16Args](m, kRouteXBF16)
+	k.routeXMany, errs[2] = bind[routeXBF16Args](m, kRouteXMany)
+	k.wgGemm1, errs[3] = bindAll[wgGemm1Args](m, kWGGemm1, wgSmem)
+	k.wgGemm2, errs[4] = bindAll[wgGemm2Args](m, kWGGemm2, wgSmem)
+	return errors.Join(errs[:]...)
+}
 
 // buffers: x and the intermediate as BF16.
 func (wgmmaPath) buffers(l *Layer, ws *workspace, _ *Plan) []wsBuf { return l.bf16Buffers(ws) }

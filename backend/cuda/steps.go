@@ -68,6 +68,8 @@ type path interface {
 	// buffers are the workspace buffers the path's steps read beyond
 	// those every path reads (Layer.buffers), for ws's plan p.
 	buffers(l *Layer, ws *workspace, p *Plan) []wsBuf
+	// bind binds the path's entry points (programs[p].entries) into k.
+	bind(m cu.Module, k *kernels) error
 	// steps are the launches of ws's plan p, in order, from the prologue
 	// to the finalize.
 	steps(l *Layer, ws *workspace, p *Plan) []step
