@@ -46,11 +46,12 @@ func (r *Report) observe(c *validation.Case, ref []float64, m, k int) {
 	if o := expertMap(c, rowBad, nBad); o != "" {
 		obs = append(obs, o)
 	}
-	if o := blockMap(r.got, ref, m, k, r.MaxNRMSE); o != "" {
+	blocks := blockMetrics(r.got, ref, m, k)
+	if o := blockMap(blocks, r.MaxNRMSE); o != "" {
 		obs = append(obs, o)
 	}
 	if r.NonFinite == 0 {
-		if o := evenError(r.got, ref, m, k, float64(r.Cosine), float64(r.NRMSE)); o != "" {
+		if o := evenError(r.got, ref, m, k, blocks, float64(r.Cosine), float64(r.NRMSE)); o != "" {
 			obs = append(obs, o)
 		}
 	}
@@ -181,20 +182,31 @@ func expertMap(c *validation.Case, bad []bool, nBad int) string {
 	return fmt.Sprintf("%d of %d rows fail, each routed to local expert %s, every row of which fails: the error follows the expert", nBad, m, listInts(es))
 }
 
-// blockMap names the 16-column blocks whose NRMSE fails, when others pass.
-func blockMap(got, ref []float64, m, k int, maxNRMSE float64) string {
-	nb := k / obsBlock
-	if nb < 2 {
-		return ""
-	}
-	var bad []int
-	for b := range nb {
+// blockMetrics compares each 16-column block of the candidate, over all
+// rows, with the oracle's.
+func blockMetrics(got, ref []float64, m, k int) []validation.Metrics {
+	blocks := make([]validation.Metrics, k/obsBlock)
+	for b := range blocks {
 		var g, f []float64
 		for t := range m {
 			g = append(g, got[t*k+b*obsBlock:t*k+(b+1)*obsBlock]...)
 			f = append(f, ref[t*k+b*obsBlock:t*k+(b+1)*obsBlock]...)
 		}
-		if rm := validation.Compare(g, f); !(rm.NRMSE <= maxNRMSE) || rm.NonFiniteMismatch > 0 {
+		blocks[b] = validation.Compare(g, f)
+	}
+	return blocks
+}
+
+// blockMap names the 16-column blocks (blockMetrics) whose NRMSE fails,
+// when others pass.
+func blockMap(blocks []validation.Metrics, maxNRMSE float64) string {
+	nb := len(blocks)
+	if nb < 2 {
+		return ""
+	}
+	var bad []int
+	for b, rm := range blocks {
+		if !(rm.NRMSE <= maxNRMSE) || rm.NonFiniteMismatch > 0 {
 			bad = append(bad, b)
 		}
 	}
@@ -226,12 +238,12 @@ const evenSpread = 4
 
 // evenError says so when the error is small (cosine at least 0.9999) and
 // even: every row's NRMSE (rows the oracle leaves nonzero; a zero one
-// must be zero) and every column block's within a factor evenSpread of
+// must be zero) and every column block's (blocks) within a factor evenSpread of
 // the whole's. A wrong index, layout or scale moves some rows, experts
 // or blocks and not others, or far more than that; sums kept in a lower
 // precision, or an intermediate rounded where the chain does not round,
 // spread a small error over all of them.
-func evenError(got, ref []float64, m, k int, cosine, nrmse float64) string {
+func evenError(got, ref []float64, m, k int, blocks []validation.Metrics, cosine, nrmse float64) string {
 	if !(cosine >= 0.9999) || !(nrmse > 0) || m*max(1, k/obsBlock) < 4 {
 		return ""
 	}
@@ -245,13 +257,8 @@ func evenError(got, ref []float64, m, k int, cosine, nrmse float64) string {
 			return ""
 		}
 	}
-	for b := range k / obsBlock {
-		var g, f []float64
-		for t := range m {
-			g = append(g, got[t*k+b*obsBlock:t*k+(b+1)*obsBlock]...)
-			f = append(f, ref[t*k+b*obsBlock:t*k+(b+1)*obsBlock]...)
-		}
-		note(validation.Compare(g, f).NRMSE)
+	for _, rm := range blocks {
+		note(rm.NRMSE)
 	}
 	if !(hi <= evenSpread*nrmse && lo >= nrmse/evenSpread) {
 		return ""
