@@ -122,30 +122,39 @@ var _ groupDevice = (*fakeDevice)(nil)
 
 // newFakeGroup is a group of size fake devices in one process.
 func newFakeGroup(size int, mode Mode, timeout time.Duration) (*Group, []*fakeDevice) {
-	w := newFakeWorld(size)
-	g := &Group{opts: GroupOptions{Mode: mode, Timeout: timeout}.normalize(), size: size, layers: map[*GroupLayer]bool{}}
-	var devs []*fakeDevice
-	for r := range size {
-		// Each device's addresses are its own, so a pointer of another
-		// device is caught.
-		d := &fakeDevice{rank: r, world: w, next: devptr(r+1) << 40}
-		devs = append(devs, d)
-		g.members = append(g.members, &member{dev: d, rank: r})
-	}
-	return g, devs
+	devs := newFakeDevices(size)
+	return fakeGroupOf(size, mode, timeout, devs...), devs
 }
 
 // newFakeRanks is a group of size fake devices as OpenRank makes it: one
 // Group a rank, each driving its one device, as one process a rank would.
 func newFakeRanks(size int, mode Mode, timeout time.Duration) []*Group {
-	w := newFakeWorld(size)
 	var gs []*Group
-	for r := range size {
-		g := &Group{opts: GroupOptions{Mode: mode, Timeout: timeout}.normalize(), size: size, layers: map[*GroupLayer]bool{}}
-		g.members = []*member{{dev: &fakeDevice{rank: r, world: w, next: devptr(r+1) << 40}, rank: r}}
-		gs = append(gs, g)
+	for _, d := range newFakeDevices(size) {
+		gs = append(gs, fakeGroupOf(size, mode, timeout, d))
 	}
 	return gs
+}
+
+// newFakeDevices are size fake devices meeting in one world. Each
+// device's addresses are its own, so a pointer of another device is
+// caught.
+func newFakeDevices(size int) []*fakeDevice {
+	w := newFakeWorld(size)
+	var devs []*fakeDevice
+	for r := range size {
+		devs = append(devs, &fakeDevice{rank: r, world: w, next: devptr(r+1) << 40})
+	}
+	return devs
+}
+
+// fakeGroupOf is a group of size devices of which this one drives devs.
+func fakeGroupOf(size int, mode Mode, timeout time.Duration, devs ...*fakeDevice) *Group {
+	g := &Group{opts: GroupOptions{Mode: mode, Timeout: timeout}.normalize(), size: size, layers: map[*GroupLayer]bool{}}
+	for _, d := range devs {
+		g.members = append(g.members, &member{dev: d, rank: d.rank})
+	}
+	return g
 }
 
 func (d *fakeDevice) prepare(w *moe.Weights, spec moe.LayerSpec) (rankLayer, error) {
